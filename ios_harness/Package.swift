@@ -1,0 +1,43 @@
+// swift-tools-version:6.0
+// The benchmark harness: protocol v1 types, the trial runner, the raw-loop engines and the CLI.
+// No outside packages: the machines that build this cannot fetch any.
+import PackageDescription
+
+/// Linux x86_64 builds compile for a named CPU so the SIMD kernels get AVX2/FMA/F16C.
+/// `HARNESS_TARGET_CPU` overrides it (for example `znver4`, `skylake-avx512`, or `x86-64` for
+/// the portable baseline). Apple builds use the platform default.
+var cpuFlags: [SwiftSetting] = []
+#if os(Linux) && arch(x86_64)
+let targetCPU = Context.environment["HARNESS_TARGET_CPU"] ?? "haswell"
+cpuFlags = [.unsafeFlags(["-target-cpu", targetCPU], .when(platforms: [.linux]))]
+#endif
+
+let package = Package(
+    name: "Harness",
+    platforms: [.macOS(.v15), .iOS(.v18)],
+    products: [
+        .library(name: "HarnessCore", targets: ["HarnessCore"]),
+        .library(name: "HarnessCPU", targets: ["HarnessCPU"]),
+        .library(name: "HarnessMetal", targets: ["HarnessMetal"]),
+        .executable(name: "harness", targets: ["harness"]),
+    ],
+    targets: [
+        .target(name: "HarnessCore"),
+        .target(name: "HarnessCPU", dependencies: ["HarnessCore"], swiftSettings: cpuFlags),
+        // Every file here is wrapped whole in `#if canImport(Metal)`: Linux compiles it to nothing.
+        .target(name: "HarnessMetal", dependencies: ["HarnessCore"]),
+        .executableTarget(
+            name: "harness",
+            dependencies: ["HarnessCore", "HarnessCPU", "HarnessMetal"]
+        ),
+        .testTarget(
+            name: "HarnessCoreTests",
+            dependencies: ["HarnessCore"]
+        ),
+        .testTarget(
+            name: "HarnessCPUTests",
+            dependencies: ["HarnessCore", "HarnessCPU"],
+            swiftSettings: cpuFlags
+        ),
+    ]
+)

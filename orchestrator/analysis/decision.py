@@ -1,0 +1,233 @@
+"""The pre-committed A/B decision rule: ratio of medians, within-block permutation p, verdict.
+
+All statistics are on log tok/s of trial1. For one pair of arms (baseline, candidate):
+
+* Only *paired blocks* are analysed: blocks holding at least one value of each arm. A block where
+  one arm is missing (every trial of that arm failed) cannot be permuted and would unbalance the
+  drift cancellation, so it is dropped from everything (statistic, p, CI, sigma, counts); the
+  ``reason`` says how many blocks and values were dropped. Unequal counts within a block (a
+  failed trial leaving a gap) are fine.
+* ``ratio = exp(median(log c) - median(log b))``, i.e. the ratio of the (log-scale) medians.
+* ``p_value``: Monte Carlo within-block permutation test of the difference of medians of logs;
+  arm labels are shuffled among the values of the same block only, ``rule.resamples`` times,
+  ``p = (1 + #{|d*| >= |d|}) / (1 + R)``. ``p_one_sided_slower`` counts ``d* <= d`` instead.
+* CI of the ratio (both the ``1 - alpha`` one and the 90% one used for equivalence):
+
+  - ``block_bootstrap``: whole paired blocks resampled with replacement (both arms' values of a
+    block move together), percentile bounds of the difference of medians, exponentiated.
+  - ``permutation``: shift-based inversion of the permutation test. Under a location-shift model
+    with true log shift delta, the data with the candidate shifted by -delta are exchangeable
+    within blocks, so the permutation distribution D* of the statistic on the data *aligned by the
+    estimate* (candidate logs minus d) approximates the sampling distribution of d - delta; the CI
+    is ``[d - q(1 - a/2), d - q(a/2)]`` of D*. It reuses the p-value's permutations.
+
+* Verdict: ``faster``/``slower`` if ``p < alpha`` and ``|ratio - 1| >= min_effect`` (direction from
+  the ratio); else ``equivalent`` if the 90% CI lies inside ``[1 - margin, 1 + margin]``; else
+  ``inconclusive``.
+
+Everything is seeded by ``seed`` (``np.random.default_rng``) and deterministic. Swapping the two
+arms uses the same random draws, so it negates the statistic exactly and keeps the p-value.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from statistics import NormalDist
+from typing import Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from orchestrator.analysis import _resample as rs
+from orchestrator.config.plan import DecisionRule
+
+Verdict = Literal["faster", "slower", "equivalent", "inconclusive"]
+
+# Permutation statistics equal to the observed one up to float rounding count as "as extreme".
+_TIE_TOL = 1e-10
+
+
+class InsufficientData(ValueError):
+    """The two arms share no block, so nothing can be compared."""
+
+
+@dataclass(frozen=True, eq=False)
+class ArmSample:
+    """One arm's trial1 tok/s values (one per finished launch, > 0) and the block of each."""
+
+    name: str
+    values: npt.NDArray[np.float64]
+    blocks: npt.NDArray[np.int64]
+
+    def __post_init__(self) -> None:
+        values = np.asarray(self.values, dtype=np.float64)
+        raw_blocks = np.asarray(self.blocks)
+        if values.ndim != 1 or raw_blocks.shape != values.shape:
+            raise ValueError(
+                f"arm {self.name!r}: values and blocks must be 1-D of the same length "
+                f"(got {values.shape} and {raw_blocks.shape})"
+            )
+        if not np.all(np.isfinite(values)) or np.any(values <= 0):
+            raise ValueError(f"arm {self.name!r}: values must be finite and > 0 (tok/s)")
+        integral = np.issubdtype(raw_blocks.dtype, np.integer) or (
+            np.issubdtype(raw_blocks.dtype, np.floating)
+            and bool(np.all(np.isfinite(raw_blocks)))
+            and bool(np.all(np.mod(raw_blocks, 1) == 0))
+        )
+        if raw_blocks.size and not integral:
+            raise ValueError(f"arm {self.name!r}: block indices must be integers")
+        object.__setattr__(self, "values", values)
+        object.__setattr__(self, "blocks", raw_blocks.astype(np.int64))
+
+    @property
+    def n(self) -> int:
+        return int(self.values.size)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    baseline: str
+    candidate: str
+    n_baseline: int  # values used (paired blocks only)
+    n_candidate: int
+    median_baseline: float  # tok/s, exp(median(log values))
+    median_candidate: float
+    ratio: float  # exp(median(log c) - median(log b))
+    ci_low: float  # (1 - alpha) CI of the ratio
+    ci_high: float
+    ci90_low: float  # 90% CI of the ratio (the equivalence test)
+    ci90_high: float
+    p_value: float  # two-sided within-block permutation p
+    p_one_sided_slower: float  # one-sided p that the candidate is slower
+    sigma: float  # residual SD of log y ~ block + arm (launch-to-launch SD of log tok/s)
+    mde: float  # minimum detectable effect (log units ~ fraction) at rule.power, two-sided alpha
+    alpha: float
+    verdict: Verdict
+    reason: str
+    rule_digest: str
+    n_blocks: int  # paired blocks used
+    n_dropped: int  # values dropped because their block lacks the other arm
+
+
+def mde(sigma: float, n_per_arm: float, alpha: float, power: float, *, two_sided: bool = True) -> float:
+    """Minimum detectable effect of the difference of medians, as a fraction (log units).
+
+    ``(z_{1-alpha/2} + z_power) * sigma * sqrt(2 / n) * sqrt(pi / 2)``; ``sqrt(pi/2)`` is the
+    median's efficiency loss against the mean under normal noise. ``z_{1-alpha}`` when one-sided.
+    For unequal arms pass the harmonic mean of the two counts. NaN if sigma is NaN or n < 1.
+    """
+    if not (0 < alpha < 1 and 0 < power < 1):
+        raise ValueError("alpha and power must be in (0, 1)")
+    if math.isnan(sigma) or n_per_arm < 1:
+        return float("nan")
+    z = NormalDist()
+    z_a = z.inv_cdf(1 - alpha / 2) if two_sided else z.inv_cdf(1 - alpha)
+    return (z_a + z.inv_cdf(power)) * sigma * math.sqrt(2 / n_per_arm) * math.sqrt(math.pi / 2)
+
+
+def _pair(baseline: ArmSample, candidate: ArmSample) -> tuple[rs.Paired, int, int]:
+    """Paired-block layout, plus the number of dropped blocks and dropped values."""
+    shared = np.intersect1d(baseline.blocks, candidate.blocks)
+    keep_b = np.isin(baseline.blocks, shared)
+    keep_c = np.isin(candidate.blocks, shared)
+    if shared.size == 0:
+        raise InsufficientData(
+            f"{baseline.name!r} ({baseline.n} values) and {candidate.name!r} ({candidate.n} values) "
+            "share no block"
+        )
+    all_blocks = np.union1d(baseline.blocks, candidate.blocks)
+    dropped_blocks = int(all_blocks.size - shared.size)
+    dropped_values = int((~keep_b).sum() + (~keep_c).sum())
+    y = np.log(np.concatenate([baseline.values[keep_b], candidate.values[keep_c]]))
+    is_cand = np.concatenate([np.zeros(int(keep_b.sum()), bool), np.ones(int(keep_c.sum()), bool)])
+    block = np.concatenate([baseline.blocks[keep_b], candidate.blocks[keep_c]])
+    return rs.layout(y, is_cand, block), dropped_blocks, dropped_values
+
+
+def _verdict(
+    p: float, ratio: float, ci90: tuple[float, float], alpha: float, rule: DecisionRule
+) -> tuple[Verdict, str]:
+    eff = ratio - 1
+    margin = rule.equivalence_margin
+    big = abs(eff) >= rule.min_effect
+    sig = p < alpha
+    p_txt = f"p={p:.4f} {'<' if sig else '>='} {alpha:g}"
+    eff_txt = f"|{eff:+.1%}| {'>=' if big else '<'} {rule.min_effect:.1%}"
+    if sig and big:
+        verdict: Verdict = "faster" if eff > 0 else "slower"
+        return verdict, f"{p_txt} and {eff_txt}: {verdict}"
+    why_not = f"{p_txt} but {eff_txt}" if sig else p_txt
+    inside = 1 - margin <= ci90[0] and ci90[1] <= 1 + margin
+    ci_txt = (
+        f"90% CI [{ci90[0]:.3f}, {ci90[1]:.3f}] {'inside' if inside else 'not inside'} "
+        f"[{1 - margin:.3f}, {1 + margin:.3f}]"
+    )
+    verdict = "equivalent" if inside else "inconclusive"
+    return verdict, f"{why_not}; {ci_txt}: {verdict}"
+
+
+def compare(
+    baseline: ArmSample,
+    candidate: ArmSample,
+    rule: DecisionRule,
+    *,
+    alpha: float | None = None,
+    seed: int = 0,
+) -> Comparison:
+    """Apply the pre-committed rule to candidate vs baseline (see the module docstring).
+
+    ``alpha`` overrides ``rule.alpha`` (sequential looks pass their per-look alpha). Raises
+    :class:`InsufficientData` if the arms share no block.
+    """
+    a = rule.alpha if alpha is None else alpha
+    if not 0 < a < 1:
+        raise ValueError(f"alpha must be in (0, 1), got {a}")
+    paired, dropped_blocks, dropped_values = _pair(baseline, candidate)
+    r = rule.resamples
+    d = rs.median_difference(paired)
+    rng = np.random.default_rng(seed)
+
+    draws = rs.draw_permutations(paired, r, rng)
+    null = rs.permuted_statistics(paired, paired.y, draws)
+    p = (1 + int(np.count_nonzero(np.abs(null) >= abs(d) - _TIE_TOL))) / (1 + r)
+    p_slower = (1 + int(np.count_nonzero(null <= d + _TIE_TOL))) / (1 + r)
+
+    qs = [a / 2, 1 - a / 2, 0.05, 0.95]
+    if rule.ci_method == "block_bootstrap":
+        lo, hi, lo90, hi90 = np.quantile(rs.block_bootstrap(paired, r, rng), qs)
+    else:
+        aligned = paired.y - d * paired.is_cand
+        q_lo, q_hi, q_lo90, q_hi90 = np.quantile(rs.permuted_statistics(paired, aligned, draws), qs)
+        lo, hi, lo90, hi90 = d - q_hi, d - q_lo, d - q_hi90, d - q_lo90
+
+    ratio = math.exp(d)
+    ci90 = (math.exp(lo90), math.exp(hi90))
+    verdict, reason = _verdict(p, ratio, ci90, a, rule)
+    if dropped_blocks:
+        reason += f" ({dropped_blocks} block(s) lacking an arm dropped: {dropped_values} value(s))"
+    n_b, n_c = paired.n_base, paired.n_cand
+    sigma = rs.residual_sd(paired)
+    return Comparison(
+        baseline=baseline.name,
+        candidate=candidate.name,
+        n_baseline=n_b,
+        n_candidate=n_c,
+        median_baseline=math.exp(float(np.median(paired.y[~paired.is_cand]))),
+        median_candidate=math.exp(float(np.median(paired.y[paired.is_cand]))),
+        ratio=ratio,
+        ci_low=math.exp(lo),
+        ci_high=math.exp(hi),
+        ci90_low=ci90[0],
+        ci90_high=ci90[1],
+        p_value=p,
+        p_one_sided_slower=p_slower,
+        sigma=sigma,
+        mde=mde(sigma, 2 / (1 / n_b + 1 / n_c), a, rule.power),
+        alpha=a,
+        verdict=verdict,
+        reason=reason,
+        rule_digest=rule.digest(),
+        n_blocks=paired.n_blocks,
+        n_dropped=dropped_values,
+    )

@@ -1,0 +1,83 @@
+"""Verdicts for a run: every device, every pair of arms, by the plan's pre-committed rule."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from orchestrator.analysis.decision import ArmSample, InsufficientData, compare
+from orchestrator.config.plan import Plan
+
+VERDICT_COLUMNS = [
+    "device",
+    "baseline",
+    "candidate",
+    "n_baseline",
+    "n_candidate",
+    "median_baseline",
+    "median_candidate",
+    "ratio",
+    "ci_low",
+    "ci_high",
+    "ci90_low",
+    "ci90_high",
+    "p_value",
+    "p_one_sided_slower",
+    "sigma",
+    "mde",
+    "alpha",
+    "verdict",
+    "reason",
+    "rule_digest",
+]
+
+
+def _column(plan: Plan) -> str:
+    return "prefill_tok_s" if plan.decision.statistic == "log_prefill_tok_s" else "decode_tok_s"
+
+
+def verdicts(trials: pd.DataFrame, plan: Plan, *, seed: int = 0) -> pd.DataFrame:
+    """One row per device and pair (baseline = the arm listed first in the plan)."""
+    col, rows = _column(plan), []
+    seq = plan.decision.sequential
+    alpha = seq.alpha_per_look if seq is not None else plan.decision.alpha
+    ok = trials[(trials["status"] == "ok") & trials[col].notna()]
+    arms = [a.name for a in plan.arms]
+    for device in sorted(trials["device"].unique()):
+        mine = ok[ok["device"] == device]
+        samples = {a: _sample(mine[mine["arm"] == a], a, col) for a in arms}
+        for i, base in enumerate(arms):
+            for cand in arms[i + 1 :]:
+                try:
+                    c = compare(samples[base], samples[cand], plan.decision, alpha=alpha, seed=seed)
+                except InsufficientData as exc:
+                    rows.append(_empty(device, base, cand, str(exc), plan, alpha))
+                    continue
+                rows.append({k: v for k, v in asdict(c).items() if k in VERDICT_COLUMNS} | {"device": device})
+    return pd.DataFrame(rows, columns=VERDICT_COLUMNS)
+
+
+def _sample(frame: pd.DataFrame, arm: str, col: str) -> ArmSample:
+    return ArmSample(
+        name=arm, values=frame[col].to_numpy(dtype=np.float64), blocks=frame["block"].to_numpy(dtype=np.int64)
+    )
+
+
+def _empty(device: str, base: str, cand: str, why: str, plan: Plan, alpha: float) -> dict[str, Any]:
+    row: dict[str, Any] = dict.fromkeys(VERDICT_COLUMNS, math.nan)
+    row.update(
+        device=device,
+        baseline=base,
+        candidate=cand,
+        verdict="inconclusive",
+        reason=f"no verdict: {why}",
+        rule_digest=plan.decision.digest(),
+        alpha=alpha,
+        n_baseline=0,
+        n_candidate=0,
+    )
+    return row

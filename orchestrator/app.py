@@ -1,0 +1,155 @@
+"""What the commands do: load and cross-check inputs, start or resume a run, derive its tables.
+
+The CLI parses and prints; everything it runs is here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from importlib import metadata
+from pathlib import Path
+
+import pandas as pd
+
+from orchestrator.analysis.summary import verdicts
+from orchestrator.config.fleet import Fleet
+from orchestrator.config.loader import ConfigError, Problem, key_line, load_fleet, load_plan
+from orchestrator.config.plan import Plan
+from orchestrator.config.sim import SimDeviceConfig
+from orchestrator.devices import AVAILABLE_KINDS, open_device
+from orchestrator.results.journal import Journal
+from orchestrator.results.records import EARLY_STOPS, Manifest, RunFinished, RunStarted, StopReason
+from orchestrator.results.store import RunDir, create_run, new_run_id, stops, trial_rows, write_atomic
+from orchestrator.runtimes import RUNTIMES
+from orchestrator.schedule import resume_state, run_sessions, session_plan
+from orchestrator.schedule.session import Observer
+
+
+def load_inputs(fleet_path: Path, plan_path: Path) -> tuple[Fleet, Plan]:
+    """Both files, validated alone and against each other; every problem located."""
+    problems: list[Problem] = []
+    loaded: dict[str, Fleet | Plan] = {}
+    for key, path, loader in (("fleet", fleet_path, load_fleet), ("plan", plan_path, load_plan)):
+        try:
+            loaded[key] = loader(path)
+        except ConfigError as exc:
+            problems += exc.problems
+    if problems:
+        raise ConfigError(problems)
+    fleet, plan = loaded["fleet"], loaded["plan"]
+    assert isinstance(fleet, Fleet) and isinstance(plan, Plan)
+    _cross_check(fleet, plan, fleet_path, plan_path)
+    return fleet, plan
+
+
+def _cross_check(fleet: Fleet, plan: Plan, fleet_path: Path, plan_path: Path) -> None:
+    problems: list[Problem] = []
+
+    def at(path: Path, field: str, message: str, *loc: int | str) -> None:
+        problems.append(Problem(str(path), key_line(path, *loc), field, message))
+
+    for i, arm in enumerate(plan.arms):
+        if arm.runtime not in RUNTIMES:
+            at(plan_path, f"arms[{i}].runtime", f"unknown runtime {arm.runtime!r} (known: {', '.join(RUNTIMES)})",
+               "arms", i, "runtime")
+    ids = [d.id for d in fleet.devices]
+    for i, dev_id in enumerate(plan.devices or []):
+        if dev_id not in ids:
+            at(plan_path, f"devices[{i}]", f"no device {dev_id!r} in {fleet_path}", "devices", i)
+    for i, dev in enumerate(fleet.devices):
+        if plan.devices is not None and dev.id not in plan.devices:
+            continue
+        if dev.kind not in AVAILABLE_KINDS:
+            at(fleet_path, f"devices[{i}].kind", f"device {dev.id!r}: backend {dev.kind!r} not available yet",
+               "devices", i, "kind")
+        elif isinstance(dev, SimDeviceConfig):
+            for arm in plan.arms:
+                if arm.runtime not in dev.runtimes:
+                    at(fleet_path, f"devices[{i}].runtimes",
+                       f"no ground truth for runtime {arm.runtime!r} (plan arm {arm.name!r})", "devices", i, "runtimes")
+    if problems:
+        raise ConfigError(problems)
+
+
+def _digest(obj: object) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def _versions() -> dict[str, str]:
+    out = {"python": platform.python_version(), "platform": platform.platform()}
+    for pkg in ("orchestrator", "numpy", "pandas", "pydantic", "scipy"):
+        try:
+            out[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            out[pkg] = "unknown"
+    return out
+
+
+def new_manifest(fleet: Fleet, plan: Plan, fleet_path: Path, plan_path: Path, seed: int | None = None) -> Manifest:
+    """Everything the run commits to before its first trial, the decision rule's hash included."""
+    seed = plan.seed if seed is None else seed
+    devices = [d.id for d in fleet.devices if plan.devices is None or d.id in plan.devices]
+    return Manifest(
+        run_id=new_run_id(plan.name), created=datetime.now(UTC).isoformat(timespec="seconds"), plan=plan,
+        plan_file=str(plan_path), plan_sha256=_digest(plan.model_dump(mode="json")), rule_digest=plan.decision.digest(),
+        fleet=fleet, fleet_file=str(fleet_path), seed=seed,
+        sessions=[session_plan(plan, d, seed) for d in devices], versions=_versions(),
+    )
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    run: RunDir
+    manifest: Manifest
+    stops: dict[str, StopReason]
+    trials: pd.DataFrame
+    verdicts: pd.DataFrame
+
+    @property
+    def completed(self) -> bool:
+        """Every session ran its plan (or stopped where the sequential rule said stop)."""
+        return all(r in ("completed", *EARLY_STOPS) for r in self.stops.values())
+
+
+def start_run(manifest: Manifest, results: Path) -> RunDir:
+    return create_run(results, manifest)
+
+
+async def execute(run: RunDir, *, observe: Observer = lambda d, r: None) -> RunOutcome:
+    """Run (or resume) every session that has not ended; then derive trials.parquet and verdicts.csv."""
+    manifest = run.manifest()
+    records = run.records()
+    states = resume_state(manifest, records)
+    journal = Journal(run.journal_path)
+    try:
+        journal.append(RunStarted(wall=datetime.now(UTC).timestamp(), resumed=bool(records), pid=os.getpid()))
+        attempt = sum(1 for r in records if isinstance(r, RunStarted))
+        await run_sessions(
+            manifest, journal, lambda d: open_device(manifest.fleet, d, stream=attempt), states, observe=observe
+        )
+        outcome = derive(run)
+        status = "completed" if outcome.completed else "incomplete"
+        journal.append(RunFinished(status=status, wall=datetime.now(UTC).timestamp()))
+    finally:
+        journal.close()
+    return outcome
+
+
+def derive(run: RunDir) -> RunOutcome:
+    """Rebuild the derived tables from the journal (the source of truth)."""
+    manifest, records = run.manifest(), run.records()
+    trials = trial_rows(manifest, records)
+    table = verdicts(trials, manifest.plan, seed=manifest.seed)
+    tmp = run.trials_path.with_name("trials.parquet.tmp")
+    trials.to_parquet(tmp, index=False)
+    os.replace(tmp, run.trials_path)
+    write_atomic(run.verdicts_path, table.to_csv(index=False).encode())
+    reasons = {d: s.reason for d, s in stops(records).items()}
+    for s in manifest.sessions:
+        reasons.setdefault(s.device, "interrupted")
+    return RunOutcome(run=run, manifest=manifest, stops=reasons, trials=trials, verdicts=table)

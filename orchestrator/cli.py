@@ -1,0 +1,123 @@
+"""`orch`: parses, calls `orchestrator.app`, prints. Exit codes: 0 ok, 1 run incomplete, 2 bad input."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Annotated, NoReturn
+
+import typer
+from rich.console import Console
+
+from orchestrator import app as core
+from orchestrator.config.fleet import Fleet
+from orchestrator.config.loader import ConfigError, load_any
+from orchestrator.config.plan import Plan
+from orchestrator.report.console import LiveProgress, session_table, verdict_table
+from orchestrator.results.records import TrialRecord
+from orchestrator.results.store import RunDir, RunNotFound, find_run
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
+out = Console(width=None if Console().is_terminal else 160)
+err = Console(stderr=True, width=None if Console().is_terminal else 160)
+
+Results = Annotated[Path, typer.Option("--results", help="Where runs live")]
+
+
+def _bad_input(message: str) -> NoReturn:
+    err.print(message, markup=False, highlight=False)
+    raise typer.Exit(2)
+
+
+@app.command()
+def run(
+    fleet: Annotated[Path | None, typer.Option(help="Fleet file (lab.yaml)")] = None,
+    plan: Annotated[Path | None, typer.Option(help="Plan file")] = None,
+    results: Results = Path("results"),
+    resume: Annotated[str | None, typer.Option(help="Continue a killed run by its id")] = None,
+    seed: Annotated[int | None, typer.Option(help="Override the plan's seed")] = None,
+) -> None:
+    """Run a plan on a fleet: settled, fresh, interleaved trials; verdicts by the plan's rule."""
+    try:
+        if resume is not None:
+            if fleet or plan:
+                _bad_input("--resume takes the fleet and plan from the run's manifest: drop --fleet/--plan")
+            run_dir = find_run(results, resume)
+        else:
+            if fleet is None or plan is None:
+                _bad_input("orch run needs --fleet FILE and --plan FILE (or --resume RUN_ID)")
+            fleet_cfg, plan_cfg = core.load_inputs(fleet, plan)
+            run_dir = core.start_run(core.new_manifest(fleet_cfg, plan_cfg, fleet, plan, seed), results)
+    except ConfigError as exc:
+        _bad_input(str(exc))
+    except RunNotFound as exc:
+        _bad_input(str(exc))
+    out.print(f"run {run_dir.run_id}  (resume with: orch run --resume {run_dir.run_id} --results {results})")
+    _execute(run_dir)
+
+
+def _execute(run_dir: RunDir) -> None:
+    manifest = run_dir.manifest()
+    done: dict[str, int] = {}
+    for rec in run_dir.records():
+        if isinstance(rec, TrialRecord):
+            done[rec.device] = done.get(rec.device, 0) + 1
+    try:
+        with LiveProgress(out, manifest, done) as live:
+            outcome = asyncio.run(core.execute(run_dir, observe=live.observe))
+    except KeyboardInterrupt:
+        err.print(f"interrupted: the journal is intact. Resume with: orch run --resume {run_dir.run_id}")
+        raise typer.Exit(130) from None
+    _summary(outcome)
+    if not outcome.completed:
+        err.print("run incomplete: some sessions stopped early (see 'session' above); "
+                  f"fix the devices and run: orch run --resume {run_dir.run_id}")
+        raise typer.Exit(1)
+
+
+def _summary(outcome: core.RunOutcome) -> None:
+    out.print(session_table(outcome.trials, dict(outcome.stops), outcome.manifest))
+    out.print(verdict_table(outcome.verdicts, outcome.manifest))
+    out.print(f"results: {outcome.run.path}/  (journal.jsonl, trials.parquet, verdicts.csv)")
+
+
+@app.command()
+def show(run_id: str, results: Results = Path("results")) -> None:
+    """Print a run's summary and verdicts again (rebuilt from its journal)."""
+    try:
+        run_dir = find_run(results, run_id)
+    except RunNotFound as exc:
+        _bad_input(str(exc))
+    _summary(core.derive(run_dir))
+
+
+@app.command()
+def validate(files: Annotated[list[Path], typer.Argument(help="Fleet and plan files")]) -> None:
+    """Check fleet and plan files; every problem as FILE:LINE: field: message."""
+    bad = False
+    for path in files:
+        try:
+            model = load_any(path)
+        except ConfigError as exc:
+            err.print(str(exc), markup=False, highlight=False)
+            bad = True
+            continue
+        what = f"fleet, {len(model.devices)} devices" if isinstance(model, Fleet) else f"plan, {len(model.arms)} arms"
+        out.print(f"{path}: ok ({what})", highlight=False)
+    if bad:
+        raise typer.Exit(2)
+
+
+@app.command()
+def schema(out_dir: Annotated[Path, typer.Option("--out", help="Directory for the JSON Schemas")]) -> None:
+    """Write the fleet and plan JSON Schemas (for editors' YAML completion)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for name, model in (("fleet", Fleet), ("plan", Plan)):
+        path = out_dir / f"{name}.schema.json"
+        path.write_text(json.dumps(model.model_json_schema(), indent=2) + "\n")
+        out.print(f"wrote {path}")
+
+
+def main() -> None:
+    app()

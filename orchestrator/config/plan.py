@@ -1,0 +1,124 @@
+"""The plan: what to measure, in what order, and how it will be decided (before any data)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from orchestrator.config.base import Strict
+from orchestrator.protocol import FailureKind, TuningValue
+
+
+class Arm(Strict):
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    runtime: str
+    build: str | None = None
+    engine: dict[str, TuningValue] = Field(default_factory=dict, description="Engine config / tuning params")
+    threads: int | None = Field(default=None, ge=1)
+
+
+class TrialSettings(Strict):
+    prompt_tokens: int = Field(default=64, ge=1)
+    decode_tokens: int = Field(default=128, ge=2)
+    chunk_width: int = Field(default=1, ge=1)
+    warm_repetitions: int = Field(default=0, ge=0)
+    timeout_s: float = Field(default=600.0, gt=0)
+    clear_caches: list[str] = Field(default_factory=list)
+
+
+class SettlePolicy(Strict):
+    require_nominal: bool = True
+    battery_margin_c: float = Field(default=1.5, gt=0, description="Allowed rise over the idle baseline")
+    flat_window_s: float = Field(default=60.0, ge=0)
+    flat_tolerance_c: float = Field(default=0.3, ge=0, description="Max spread of battery temp over the window")
+    min_gap_s: float = Field(default=90.0, ge=0)
+    poll_s: float = Field(default=10.0, gt=0)
+    timeout_s: float = Field(default=900.0, gt=0)
+    idle_baseline_c: float | None = Field(default=None, description="Else the session's lowest reading")
+    charging: Literal["any", "required", "forbidden"] = "any"
+    allow_low_power: bool = False
+
+
+class SequentialLooks(Strict):
+    """Group-sequential looks at launches-per-arm counts, each with its own alpha and futility bound."""
+
+    looks: list[int] = Field(default=[12, 20, 30, 40], min_length=1)
+    alpha_per_look: float = Field(default=0.02, gt=0, lt=1)
+    futility: list[float] = Field(default=[0.835, 0.538, 0.279], description="Stop if p above, per look")
+
+    @model_validator(mode="after")
+    def _shape(self) -> SequentialLooks:
+        if sorted(set(self.looks)) != self.looks:
+            raise ValueError("looks must be strictly increasing")
+        if len(self.futility) >= len(self.looks):
+            raise ValueError("futility bounds apply to all looks but the last: give fewer than looks")
+        return self
+
+
+class DecisionRule(Strict):
+    """Pre-committed: hashed into the run manifest before the first trial."""
+
+    statistic: Literal["log_decode_tok_s", "log_prefill_tok_s"] = "log_decode_tok_s"
+    alpha: float = Field(default=0.05, gt=0, lt=1)
+    min_effect: float = Field(default=0.02, ge=0, lt=1, description="Smallest ratio change called a verdict")
+    equivalence_margin: float = Field(default=0.03, gt=0, lt=1)
+    ci_method: Literal["block_bootstrap", "permutation"] = "block_bootstrap"
+    resamples: int = Field(default=2000, ge=200)
+    power: float = Field(default=0.8, gt=0, lt=1, description="Power at which the MDE is stated")
+    sequential: SequentialLooks | None = None
+
+    def digest(self) -> str:
+        canon = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canon.encode()).hexdigest()[:16]
+
+
+class RetryPolicy(Strict):
+    max_attempts: int = Field(default=3, ge=1)
+    backoff_s: float = Field(default=30.0, ge=0)
+    retry_on: list[FailureKind] = Field(default=["disconnected", "crashed", "hung", "bad_output"])
+    max_consecutive_failures: int = Field(default=6, ge=1, description="Then the device's session stops")
+
+
+class Plan(Strict):
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    description: str = ""
+    model: str
+    arms: list[Arm] = Field(min_length=2)
+    trial: TrialSettings = TrialSettings()
+    blocks: int = Field(default=20, ge=6, description=">= 6: with 5 blocks no p < 0.05 is reachable")
+    order: Literal["abba", "williams"] = "abba"
+    settle: SettlePolicy = SettlePolicy()
+    decision: DecisionRule = DecisionRule()
+    retry: RetryPolicy = RetryPolicy()
+    devices: list[str] | None = Field(default=None, description="Device ids to use; default all")
+    seed: int = 0
+
+    @field_validator("arms")
+    @classmethod
+    def _unique_arms(cls, arms: list[Arm]) -> list[Arm]:
+        names = [a.name for a in arms]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"duplicate arm names: {', '.join(dupes)}")
+        return arms
+
+    @model_validator(mode="after")
+    def _order_fits(self) -> Plan:
+        if self.order == "abba" and len(self.arms) != 2:
+            raise ValueError(f"order abba needs exactly 2 arms (got {len(self.arms)}); use order: williams")
+        seq = self.decision.sequential
+        if seq is not None and seq.looks[-1] > self.launches_per_arm():
+            raise ValueError(
+                f"last sequential look at {seq.looks[-1]} launches per arm, but the plan has only "
+                f"{self.launches_per_arm()} ({self.blocks} blocks)"
+            )
+        return self
+
+    def launches_per_arm(self) -> int:
+        return self.blocks * (2 if self.order == "abba" else 1)
+
+    def arm(self, name: str) -> Arm:
+        return next(a for a in self.arms if a.name == name)

@@ -1,0 +1,112 @@
+"""The device boundary: the only thing the scheduler talks to.
+
+Like an HTTP client's transport: one small interface, a fake that takes a handler (``fake.py``),
+and one contract test (``orchestrator.devices.contract``) that every backend passes.
+"""
+
+from __future__ import annotations
+
+import abc
+from pydantic import BaseModel, ConfigDict, Field
+
+from orchestrator.protocol import FailureKind, ThermalState, TrialResult, TrialSpec, parse_result
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class DeviceInfo(_Record):
+    id: str
+    kind: str
+    model: str
+    chip_class: str | None
+    os: str
+    harness_version: str | None
+    host: str
+
+
+class Telemetry(_Record):
+    """One reading. Fields a backend cannot read are None and named in ``unavailable``."""
+
+    t: float = Field(description="Device clock, seconds")
+    thermal_state: ThermalState | None
+    battery_c: float | None = None
+    charging: bool | None = None
+    low_power: bool | None = None
+    unavailable: list[str] = Field(default_factory=list)
+
+
+class TrialFailure(_Record):
+    kind: FailureKind
+    message: str
+    detail: str | None = Field(default=None, description="Crash report, last output lines, ...")
+
+
+class PrepareReport(_Record):
+    installed: str | None = Field(description="Harness version/hash now on the device")
+    skipped: bool = Field(description="True when the installed hash already matched")
+
+
+class Artifacts(_Record):
+    """What `prepare` puts on a device: the harness build and any runtime apps/files."""
+
+    harness: str | None = None
+    harness_sha256: str | None = None
+    extra: dict[str, str] = Field(default_factory=dict)
+
+
+class DeviceUnavailable(Exception):
+    """`info`, `telemetry` or `prepare` could not reach the device. The scheduler keeps waiting."""
+
+    def __init__(self, message: str, fix: str | None = None):
+        super().__init__(message)
+        self.fix = fix
+
+
+class Device(abc.ABC):
+    """One measured device. Every method is a coroutine; `run_trial` never raises."""
+
+    id: str
+
+    @abc.abstractmethod
+    async def info(self) -> DeviceInfo:
+        """Identity: model, chip class, OS, installed harness version."""
+
+    @abc.abstractmethod
+    async def prepare(self, artifacts: Artifacts) -> PrepareReport:
+        """Install or update the harness; skip when the installed hash matches."""
+
+    @abc.abstractmethod
+    async def telemetry(self) -> Telemetry:
+        """Thermal state, battery temperature, charging and low-power state, now."""
+
+    @abc.abstractmethod
+    async def run_trial(self, spec: TrialSpec, timeout: float) -> TrialResult | TrialFailure:
+        """One fresh launch. Every fault comes back as a TrialFailure, never as an exception."""
+
+    async def close(self) -> None:
+        """Release connections. Calling it twice is harmless."""
+        return None
+
+
+def result_or_failure(raw: bytes | str, spec: TrialSpec) -> TrialResult | TrialFailure:
+    """Map harness output to a typed result, or a `bad_output` / `harness_error` failure."""
+    try:
+        result = parse_result(raw)
+    except ValueError as exc:
+        text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
+        return TrialFailure(kind="bad_output", message=str(exc), detail=text[:400])
+    if result.trial_id != spec.trial_id or result.run_id != spec.run_id:
+        return TrialFailure(
+            kind="bad_output", message=f"result is for trial {result.trial_id!r}, expected {spec.trial_id!r}"
+        )
+    if result.error is not None:
+        return TrialFailure(kind="harness_error", message=f"{result.error.kind}: {result.error.message}")
+    assert result.trial1 is not None
+    if len(result.trial1.token_ids) != spec.decode_tokens:
+        return TrialFailure(
+            kind="bad_output",
+            message=f"{len(result.trial1.token_ids)} tokens generated, spec asked for {spec.decode_tokens}",
+        )
+    return result

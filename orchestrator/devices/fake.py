@@ -1,0 +1,41 @@
+"""A device that answers every trial with a plain function: for tests and for wiring checks."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from orchestrator.devices.base import Artifacts, Device, DeviceInfo, PrepareReport, Telemetry, TrialFailure
+from orchestrator.protocol import TrialResult, TrialSpec
+
+Handler = Callable[[TrialSpec], TrialResult | TrialFailure]
+
+
+class FakeDevice(Device):
+    def __init__(self, device_id: str, handler: Handler, *, telemetry: Telemetry | None = None):
+        self.id = device_id
+        self.handler = handler
+        self.specs: list[TrialSpec] = []
+        self._telemetry = telemetry or Telemetry(t=0.0, thermal_state="nominal", battery_c=30.0)
+        self.installed: str | None = None
+        self.closed = False
+
+    async def info(self) -> DeviceInfo:
+        return DeviceInfo(
+            id=self.id, kind="fake", model="fake", chip_class=None, os="fake", harness_version=self.installed,
+            host="local",
+        )
+
+    async def prepare(self, artifacts: Artifacts) -> PrepareReport:
+        skipped = artifacts.harness_sha256 is not None and artifacts.harness_sha256 == self.installed
+        self.installed = artifacts.harness_sha256
+        return PrepareReport(installed=self.installed, skipped=skipped)
+
+    async def telemetry(self) -> Telemetry:
+        return self._telemetry
+
+    async def run_trial(self, spec: TrialSpec, timeout: float) -> TrialResult | TrialFailure:
+        self.specs.append(spec)
+        return self.handler(spec)
+
+    async def close(self) -> None:
+        self.closed = True

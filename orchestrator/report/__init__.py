@@ -1,0 +1,1 @@
+"""Reports: the terminal view now; markdown and HTML later."""

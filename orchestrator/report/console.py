@@ -1,0 +1,101 @@
+"""What a person reads in the terminal: live progress per device, the run summary, the verdict table."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from typing import Any
+
+import pandas as pd
+from pydantic import BaseModel
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from orchestrator.results.records import Manifest, SessionStopped, TrialRecord
+
+VERDICT_STYLE = {"faster": "bold green", "slower": "bold red", "equivalent": "cyan", "inconclusive": "yellow"}
+
+
+class LiveProgress:
+    """One bar per device: trials done, failures, the last trial's tok/s, and how the session ended."""
+
+    def __init__(self, console: Console, manifest: Manifest, done: dict[str, int] | None = None):
+        self.progress = Progress(
+            TextColumn("{task.fields[device]:<14}"), BarColumn(), MofNCompleteColumn(),
+            TextColumn("{task.fields[status]}"), TimeElapsedColumn(), console=console,
+            disable=not console.is_terminal,
+        )
+        self.tasks = {
+            s.device: self.progress.add_task(
+                "", total=len(s.trials), completed=(done or {}).get(s.device, 0), device=s.device, status=""
+            )
+            for s in manifest.sessions
+        }
+        self.failures: Counter[str] = Counter()
+
+    def __enter__(self) -> LiveProgress:
+        self.progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.progress.stop()
+
+    def observe(self, device: str, record: BaseModel) -> None:
+        task = self.tasks[device]
+        if isinstance(record, TrialRecord):
+            if record.failure:
+                self.failures[device] += 1
+                status = f"{record.arm}: {record.failure.kind}"
+            else:
+                rate = record.result.decode_tok_s() if record.result else None
+                status = f"{record.arm}: {rate:.1f} tok/s" if rate else record.arm
+            if self.failures[device]:
+                status += f"  [red]{self.failures[device]} failed[/]"
+            self.progress.update(task, advance=1, status=status)
+        elif isinstance(record, SessionStopped):
+            self.progress.update(task, status=f"stopped: {record.reason}")
+
+
+def _fmt(x: Any, spec: str) -> str:
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
+
+
+def verdict_table(verdicts: pd.DataFrame, manifest: Manifest) -> Table:
+    rule = manifest.plan.decision
+    table = Table(
+        title=f"Verdicts ({rule.statistic}; alpha {rule.alpha}, min effect {rule.min_effect:.0%}, "
+        f"equivalence ±{rule.equivalence_margin:.0%}; rule {manifest.rule_digest})",
+        title_justify="left",
+    )
+    chips = {d.id: getattr(d, "chip_class", None) or d.kind for d in manifest.fleet.devices}
+    for col in ("device", "chip", "comparison", "n", "baseline tok/s", "candidate tok/s", "ratio [CI]", "p",
+                "σ", "MDE", "verdict"):
+        table.add_column(col, justify="left" if col in ("device", "chip", "comparison", "verdict") else "right")
+    for row in verdicts.itertuples(index=False):
+        ci = f"{_fmt(row.ratio, '.3f')} [{_fmt(row.ci_low, '.3f')}, {_fmt(row.ci_high, '.3f')}]"
+        table.add_row(
+            row.device, str(chips.get(row.device, "")), f"{row.candidate} vs {row.baseline}",
+            f"{_fmt(row.n_candidate, '.0f')}/{_fmt(row.n_baseline, '.0f')}", _fmt(row.median_baseline, ".1f"),
+            _fmt(row.median_candidate, ".1f"), ci, _fmt(row.p_value, ".4f"), _fmt(row.sigma, ".1%"),
+            _fmt(row.mde, ".1%"), f"[{VERDICT_STYLE.get(row.verdict, '')}]{row.verdict}[/]",
+        )
+    return table
+
+
+def session_table(trials: pd.DataFrame, stops: dict[str, str], manifest: Manifest) -> Table:
+    table = Table(title=f"Run {manifest.run_id}: plan {manifest.plan.name}", title_justify="left")
+    for col in ("device", "planned", "ok", "failed", "failures by kind", "settle wait median s", "state rose",
+                "session"):
+        table.add_column(col)
+    for s in manifest.sessions:
+        mine = trials[trials["device"] == s.device]
+        ok = int((mine["status"] == "ok").sum())
+        kinds = Counter(mine["failure_kind"].dropna())
+        wait = mine["settle_waited_s"].median() if len(mine) else float("nan")
+        table.add_row(
+            s.device, str(len(s.trials)), str(ok), str(len(mine) - ok),
+            ", ".join(f"{k} {n}" for k, n in sorted(kinds.items())) or "-", _fmt(wait, ".0f"),
+            str(int(mine["state_rose"].sum())), stops.get(s.device, "not started"),
+        )
+    return table

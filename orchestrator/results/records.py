@@ -1,0 +1,146 @@
+"""Typed records: the run manifest and every event of the journal.
+
+Schema history:
+- 1: first version.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+from orchestrator.config.fleet import Fleet
+from orchestrator.config.plan import Plan
+from orchestrator.devices.base import Telemetry, TrialFailure
+from orchestrator.protocol import TrialResult
+
+SCHEMA_VERSION = 1
+
+
+class _Rec(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ScheduledTrial(_Rec):
+    trial_id: str
+    seq: int
+    block: int
+    arm: str
+
+
+class SessionPlan(_Rec):
+    device: str
+    coin: int = Field(description="The seeded coin flip / arm permutation index, recorded")
+    arm_order: list[str] = Field(description="Arms as mapped onto the design's letters A, B, ...")
+    trials: list[ScheduledTrial]
+
+
+class Manifest(_Rec):
+    schema_version: Literal[1] = SCHEMA_VERSION
+    run_id: str
+    created: str
+    plan: Plan
+    plan_file: str
+    plan_sha256: str
+    rule_digest: str = Field(description="Hash of the pre-committed decision rule")
+    fleet: Fleet
+    fleet_file: str
+    seed: int
+    sessions: list[SessionPlan]
+    versions: dict[str, str]
+
+    def session(self, device: str) -> SessionPlan:
+        return next(s for s in self.sessions if s.device == device)
+
+
+class Settle(_Rec):
+    settled: bool
+    waited_s: float
+    polls: int
+    baseline_c: float | None
+    before: Telemetry | None
+    blocking: list[str] = Field(default_factory=list, description="What still held the gate at the last poll")
+
+
+class RunStarted(_Rec):
+    type: Literal["run_started"] = "run_started"
+    wall: float
+    resumed: bool
+    pid: int
+
+
+class AttemptFailed(_Rec):
+    type: Literal["attempt_failed"] = "attempt_failed"
+    device: str
+    trial_id: str
+    attempt: int
+    failure: TrialFailure
+    will_retry: bool
+    wall: float
+
+
+class TrialRecord(_Rec):
+    """The one final record of a planned trial: its result, or its last failure."""
+
+    type: Literal["trial"] = "trial"
+    device: str
+    trial_id: str
+    seq: int
+    block: int
+    arm: str
+    attempts: int
+    wall: float
+    t_start: float = Field(description="Device clock at launch, s")
+    duration_s: float
+    settle: Settle
+    after: Telemetry | None
+    state_rose: bool
+    result: TrialResult | None = None
+    failure: TrialFailure | None = None
+
+
+class LookPair(_Rec):
+    baseline: str
+    candidate: str
+    ratio: float
+    p_value: float
+    action: str
+
+
+class LookRecord(_Rec):
+    type: Literal["look"] = "look"
+    device: str
+    look: int
+    n_per_arm: int
+    action: Literal["continue", "decided", "futile", "final"]
+    pairs: list[LookPair]
+    wall: float
+
+
+StopReason = Literal[
+    "completed", "decided", "futile", "settle_timeout", "device_unavailable", "too_many_failures", "prepare_failed",
+    "interrupted",
+]
+EARLY_STOPS = ("decided", "futile")  # planned ends: the rule said stop
+
+
+class SessionStopped(_Rec):
+    type: Literal["session_stopped"] = "session_stopped"
+    device: str
+    reason: StopReason
+    detail: str = ""
+    wall: float
+
+
+class RunFinished(_Rec):
+    type: Literal["run_finished"] = "run_finished"
+    status: Literal["completed", "incomplete"]
+    wall: float
+
+
+Record = Annotated[
+    RunStarted | AttemptFailed | TrialRecord | LookRecord | SessionStopped | RunFinished,
+    Field(discriminator="type"),
+]
+RECORD = TypeAdapter(Record)

@@ -1,0 +1,191 @@
+"""One device's session: settled, fresh launches in the planned order; every outcome journaled."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+from pydantic import BaseModel
+
+from orchestrator.analysis.decision import ArmSample
+from orchestrator.analysis.sequential import due_look, look
+from orchestrator.clock import Clock
+from orchestrator.config.plan import Plan
+from orchestrator.devices.base import Artifacts, Device, DeviceUnavailable, TrialFailure
+from orchestrator.protocol import THERMAL_ORDER, TrialSpec
+from orchestrator.results.records import (
+    AttemptFailed,
+    LookPair,
+    LookRecord,
+    ScheduledTrial,
+    SessionPlan,
+    SessionStopped,
+    StopReason,
+    TrialRecord,
+)
+from orchestrator.schedule.settle import SettleGate
+
+
+class Sink(Protocol):
+    def append(self, record: BaseModel) -> None: ...
+
+
+Observer = Callable[[str, BaseModel], None]
+
+
+@dataclass
+class SessionState:
+    """What a session has already done: empty for a new run, read back from the journal on resume."""
+
+    done: set[str] = field(default_factory=set)
+    attempts: dict[str, int] = field(default_factory=dict)
+    values: dict[str, list[tuple[int, float]]] = field(default_factory=dict)  # arm -> (block, statistic)
+    looks_done: int = 0
+
+
+@dataclass
+class Session:
+    run_id: str
+    plan: Plan
+    schedule: SessionPlan
+    device: Device
+    clock: Clock
+    journal: Sink
+    state: SessionState = field(default_factory=SessionState)
+    artifacts: Artifacts = field(default_factory=Artifacts)
+    observe: Observer = lambda device, record: None
+    seed: int = 0
+
+    async def run(self) -> StopReason:
+        try:
+            reason, detail = await self._run()
+        except asyncio.CancelledError:  # Ctrl-C: say so, keep the journal whole, let it resume
+            self._emit(SessionStopped(device=self.schedule.device, reason="interrupted", wall=self.clock.wall()))
+            raise
+        self._emit(SessionStopped(device=self.schedule.device, reason=reason, detail=detail, wall=self.clock.wall()))
+        return reason
+
+    async def _run(self) -> tuple[StopReason, str]:
+        try:
+            await self.device.info()
+            await self.device.prepare(self.artifacts)
+        except DeviceUnavailable as exc:
+            return "prepare_failed", f"{exc}" + (f" ({exc.fix})" if exc.fix else "")
+        gate, failures_in_row = SettleGate(self.plan.settle, self.clock), 0
+        for trial in self.schedule.trials:
+            if trial.trial_id in self.state.done:
+                continue
+            outcome = await self._trial(trial, gate)
+            if isinstance(outcome, str):
+                return outcome, f"before {trial.trial_id}"
+            failures_in_row = failures_in_row + 1 if outcome.failure else 0
+            if failures_in_row >= self.plan.retry.max_consecutive_failures:
+                return "too_many_failures", f"{failures_in_row} trials in a row failed; last: {outcome.failure}"
+            if outcome.result is not None:
+                value = self._statistic(outcome)
+                if value is not None:
+                    self.state.values.setdefault(trial.arm, []).append((trial.block, value))
+            stop = self._look()
+            if stop is not None:
+                return stop, f"sequential look {self.state.looks_done - 1}"
+        return "completed", ""
+
+    async def _trial(self, trial: ScheduledTrial, gate: SettleGate) -> TrialRecord | StopReason:
+        attempt = self.state.attempts.get(trial.trial_id, 0)
+        spec = self._spec(trial)
+        while True:
+            attempt += 1
+            settle = await gate.wait(self.device)
+            if not settle.settled:
+                unavailable = any(b.startswith("device unavailable") for b in settle.blocking)
+                self.observe(self.schedule.device, settle)
+                return "device_unavailable" if unavailable else "settle_timeout"
+            t0, wall = self.clock.now(), self.clock.wall()
+            outcome = await self.device.run_trial(spec, self.plan.trial.timeout_s)
+            gate.trial_ended()
+            duration = self.clock.now() - t0
+            retry = self.plan.retry
+            if (
+                isinstance(outcome, TrialFailure)
+                and outcome.kind in retry.retry_on
+                and attempt < retry.max_attempts
+            ):
+                self._emit(AttemptFailed(
+                    device=self.schedule.device, trial_id=trial.trial_id, attempt=attempt, failure=outcome,
+                    will_retry=True, wall=self.clock.wall(),
+                ))
+                await self.clock.sleep(retry.backoff_s)
+                continue
+            try:
+                after = await self.device.telemetry()
+            except DeviceUnavailable:
+                after = None
+            before_rank = THERMAL_ORDER.get(settle.before.thermal_state or "", -1) if settle.before else -1
+            after_rank = THERMAL_ORDER.get(after.thermal_state or "", -1) if after else -1
+            record = TrialRecord(
+                device=self.schedule.device, trial_id=trial.trial_id, seq=trial.seq, block=trial.block,
+                arm=trial.arm, attempts=attempt, wall=wall, t_start=t0, duration_s=round(duration, 6),
+                settle=settle, after=after, state_rose=after_rank > before_rank >= 0,
+                result=None if isinstance(outcome, TrialFailure) else outcome,
+                failure=outcome if isinstance(outcome, TrialFailure) else None,
+            )
+            self._emit(record)
+            return record
+
+    def _spec(self, trial: ScheduledTrial) -> TrialSpec:
+        arm, t = self.plan.arm(trial.arm), self.plan.trial
+        return TrialSpec(
+            run_id=self.run_id, trial_id=trial.trial_id, engine=arm.runtime, model=self.plan.model,
+            prompt_tokens=t.prompt_tokens, decode_tokens=t.decode_tokens, chunk_width=t.chunk_width,
+            warm_repetitions=t.warm_repetitions, seed=self.plan.seed, threads=arm.threads, build=arm.build,
+            tuning=dict(arm.engine), clear_caches=list(t.clear_caches),
+        )
+
+    def _statistic(self, record: TrialRecord) -> float | None:
+        assert record.result is not None
+        if self.plan.decision.statistic == "log_prefill_tok_s":
+            return record.result.prefill_tok_s()
+        return record.result.decode_tok_s()
+
+    def _look(self) -> StopReason | None:
+        """Group-sequential looks: stop when every pair is decided or futile."""
+        rule = self.plan.decision
+        if rule.sequential is None:
+            return None
+        arms = [a.name for a in self.plan.arms]
+        n = min(len(self.state.values.get(a, [])) for a in arms)
+        index = due_look(rule, n)
+        if index is None or index < self.state.looks_done:
+            return None
+        samples = {a: _sample(a, self.state.values.get(a, [])) for a in arms}
+        pairs, actions = [], []
+        for i, base in enumerate(arms):
+            for cand in arms[i + 1:]:
+                d = look(samples[base], samples[cand], rule, index, seed=self.seed)
+                actions.append(d.action)
+                c = d.comparison
+                pairs.append(LookPair(baseline=base, candidate=cand, ratio=c.ratio, p_value=c.p_value, action=d.action))
+        self.state.looks_done = index + 1
+        if "continue" in actions:
+            action = "continue"
+        elif "final" in actions:
+            action = "final"
+        else:
+            action = "decided" if "decided" in actions else "futile"
+        self._emit(LookRecord(
+            device=self.schedule.device, look=index, n_per_arm=n, action=action, pairs=pairs, wall=self.clock.wall(),
+        ))
+        return action if action in ("decided", "futile") else None  # type: ignore[return-value]
+
+    def _emit(self, record: BaseModel) -> None:
+        self.journal.append(record)
+        self.observe(self.schedule.device, record)
+
+
+def _sample(arm: str, values: list[tuple[int, float]]) -> ArmSample:
+    return ArmSample(
+        name=arm, values=np.array([v for _, v in values], dtype=float), blocks=np.array([b for b, _ in values], dtype=int)
+    )
