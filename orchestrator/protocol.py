@@ -14,7 +14,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION: Literal[1] = 1
 
 TuningValue = int | float | str | bool
 
@@ -163,4 +163,5 @@ def parse_result(raw: bytes | str) -> TrialResult:
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "<root>"
-        raise ValueError(f"invalid TrialResult ({exc.error_count()} errors; first at {where}: {first['msg']})") from None
+        n = exc.error_count()
+        raise ValueError(f"invalid TrialResult ({n} errors; first at {where}: {first['msg']})") from None

@@ -7,6 +7,7 @@ and one contract test (``orchestrator.devices.contract``) that every backend pas
 from __future__ import annotations
 
 import abc
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from orchestrator.protocol import FailureKind, ThermalState, TrialResult, TrialSpec, parse_result

@@ -10,6 +10,7 @@ import functools
 import json
 import math
 import zlib
+from typing import Any
 
 import numpy as np
 
@@ -144,7 +145,9 @@ class SimDevice(Device):
         garbage = u < faults.garbage
         return self._generate(spec, truth, timeout, garbage)
 
-    def _generate(self, spec: TrialSpec, truth: RuntimeTruth, timeout: float, garbage: bool) -> TrialResult | TrialFailure:
+    def _generate(
+        self, spec: TrialSpec, truth: RuntimeTruth, timeout: float, garbage: bool
+    ) -> TrialResult | TrialFailure:
         noise, rng = self.cfg.noise, self.rng
         self._catch_up()
         state_before = self.thermals.state()
@@ -187,7 +190,7 @@ class SimDevice(Device):
         }
         return result_or_failure(json.dumps(raw), spec)
 
-    def _generation(self, spec: TrialSpec, prefill_tok_s: float, decode_tok_s: float) -> dict[str, object]:
+    def _generation(self, spec: TrialSpec, prefill_tok_s: float, decode_tok_s: float) -> dict[str, Any]:
         rng, n = self.rng, spec.decode_tokens
         prefill_ns = int(spec.prompt_tokens / prefill_tok_s * 1e9)
         gaps = np.clip(1.0 + self.cfg.noise.token_jitter * rng.standard_normal(n - 1), 0.2, None)

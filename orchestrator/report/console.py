@@ -72,13 +72,14 @@ def verdict_table(verdicts: pd.DataFrame, manifest: Manifest) -> Table:
     for col in ("device", "chip", "comparison", "n", "baseline tok/s", "candidate tok/s", "ratio [CI]", "p",
                 "σ", "MDE", "verdict"):
         table.add_column(col, justify="left" if col in ("device", "chip", "comparison", "verdict") else "right")
-    for row in verdicts.itertuples(index=False):
-        ci = f"{_fmt(row.ratio, '.3f')} [{_fmt(row.ci_low, '.3f')}, {_fmt(row.ci_high, '.3f')}]"
+    for row in verdicts.to_dict("records"):
+        ci = f"{_fmt(row['ratio'], '.3f')} [{_fmt(row['ci_low'], '.3f')}, {_fmt(row['ci_high'], '.3f')}]"
         table.add_row(
-            row.device, str(chips.get(row.device, "")), f"{row.candidate} vs {row.baseline}",
-            f"{_fmt(row.n_candidate, '.0f')}/{_fmt(row.n_baseline, '.0f')}", _fmt(row.median_baseline, ".1f"),
-            _fmt(row.median_candidate, ".1f"), ci, _fmt(row.p_value, ".4f"), _fmt(row.sigma, ".1%"),
-            _fmt(row.mde, ".1%"), f"[{VERDICT_STYLE.get(row.verdict, '')}]{row.verdict}[/]",
+            str(row["device"]), str(chips.get(str(row["device"]), "")), f"{row['candidate']} vs {row['baseline']}",
+            f"{_fmt(row['n_candidate'], '.0f')}/{_fmt(row['n_baseline'], '.0f')}",
+            _fmt(row["median_baseline"], ".1f"), _fmt(row["median_candidate"], ".1f"), ci,
+            _fmt(row["p_value"], ".4f"), _fmt(row["sigma"], ".1%"), _fmt(row["mde"], ".1%"),
+            f"[{VERDICT_STYLE.get(str(row['verdict']), '')}]{row['verdict']}[/]",
         )
     return table
 

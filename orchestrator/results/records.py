@@ -15,7 +15,7 @@ from orchestrator.config.plan import Plan
 from orchestrator.devices.base import Telemetry, TrialFailure
 from orchestrator.protocol import TrialResult
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION: Literal[1] = 1
 
 
 class _Rec(BaseModel):

@@ -187,5 +187,7 @@ class Session:
 
 def _sample(arm: str, values: list[tuple[int, float]]) -> ArmSample:
     return ArmSample(
-        name=arm, values=np.array([v for _, v in values], dtype=float), blocks=np.array([b for b, _ in values], dtype=int)
+        name=arm,
+        values=np.array([v for _, v in values], dtype=float),
+        blocks=np.array([b for b, _ in values], dtype=int),
     )

@@ -28,11 +28,13 @@ class SettleGate:
         while True:
             polls += 1
             now = self.clock.now()
+            reading: Telemetry | None
             try:
-                reading: Telemetry | None = await device.telemetry()
-                blocking = self._blocking(reading, now)
+                reading = await device.telemetry()
             except DeviceUnavailable as exc:
                 reading, blocking = None, [f"device unavailable: {exc}" + (f" ({exc.fix})" if exc.fix else "")]
+            else:
+                blocking = self._blocking(reading, now)
             waited = now - start
             if not blocking or waited >= self.policy.timeout_s:
                 return Settle(

@@ -1,0 +1,39 @@
+"""The contract checker itself: it passes a conforming fake and names what a broken one breaks."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from orchestrator.devices import FakeDevice
+from orchestrator.devices.base import TrialFailure
+from orchestrator.devices.contract import check_device_contract
+from orchestrator.protocol import Generation, TrialResult, TrialSpec
+
+
+def good(spec: TrialSpec) -> TrialResult | TrialFailure:
+    if spec.engine != "e":
+        return TrialFailure(kind="launch_failed", message="no such engine")
+    if spec.decode_tokens > 100:
+        return TrialFailure(kind="hung", message="killed")
+    n = spec.decode_tokens
+    gen = Generation(prefill_ns=1000, ttft_ns=2000, token_ids=list(range(n)),
+                     token_times_ns=[2000 + 1000 * i for i in range(n)])
+    return TrialResult(run_id=spec.run_id, trial_id=spec.trial_id, status="ok", engine="e", engine_version="1",
+                       harness_build="b", model=spec.model, prompt_tokens=spec.prompt_tokens, chunk_width=1,
+                       trial1=gen)
+
+
+def test_fake_device_conforms() -> None:
+    device = FakeDevice("fake", good)
+    asyncio.run(check_device_contract(device, engine="e", model="m"))
+    assert device.closed and len(device.specs) == 3
+
+
+def test_contract_catches_a_device_that_never_hangs() -> None:
+    def never_hangs(spec: TrialSpec) -> TrialResult | TrialFailure:
+        return good(spec.model_copy(update={"decode_tokens": 8})) if spec.engine == "e" else good(spec)
+
+    with pytest.raises(AssertionError, match="hung"):
+        asyncio.run(check_device_contract(FakeDevice("fake", never_hangs), engine="e", model="m"))
