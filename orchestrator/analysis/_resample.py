@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from itertools import permutations
+from statistics import NormalDist
 
 import numpy as np
 import numpy.typing as npt
@@ -25,6 +26,9 @@ BoolArray = npt.NDArray[np.bool_]
 # Blocks up to this size draw one of the m! position permutations from a table (one random integer
 # per block and resample); larger blocks fall back to argsort of random keys.
 _TABLE_MAX_BLOCK = 6
+
+# Permutation statistics equal to the observed one up to float rounding count as "as extreme".
+TIE_TOL = 1e-10
 
 
 @dataclass(frozen=True, eq=False)
@@ -202,3 +206,73 @@ def residual_sd(p: Paired) -> float:
     beta = float(xt @ yt) / float(xt @ xt)
     r = yt - beta * xt
     return float(np.sqrt(float(r @ r) / df))
+
+
+def permutation_p(p: Paired, draws: PermutationDraws, delta: float) -> float:
+    """Two-sided permutation p of H0 "log ratio = delta" (candidate logs shifted by -delta)."""
+    y = p.y - delta * p.is_cand
+    d = median_difference(Paired(y, p.is_cand, p.block_pos, p.block_start, p.block_size))
+    null = permuted_statistics(p, y, draws)
+    return (1 + int(np.count_nonzero(np.abs(null) >= abs(d) - TIE_TOL))) / (1 + draws.resamples)
+
+
+def invert_permutation_test(
+    p: Paired, draws: PermutationDraws, d: float, null: FloatArray, alphas: list[float], tol: float = 5e-4
+) -> list[tuple[float, float]]:
+    """``{delta : p(delta) >= alpha}`` for each alpha: the CI from inverting the permutation test.
+
+    With the permutations held fixed, each permutation's ``|T*(delta)| - |d - delta|`` is
+    non-increasing as delta moves away from ``d`` (a median moves at most as fast as the shift), so
+    ``p(delta)`` is monotone on each side of ``d`` and each bound is found by a bracketed search.
+    The search interpolates on ``z(p) = Phi^-1(1 - p/2)``, nearly linear in delta, with an Illinois
+    safeguard, and stops when the bracket is narrower than ``tol`` (log units), returning its
+    middle. Evaluated shifts are shared between the alphas. A bound that no shift within
+    ``exp(+-8)`` rejects (too few blocks to reach ``p < alpha``) is returned as +-inf.
+    """
+    nd = NormalDist()
+    cap = 1 - 0.5 / (1 + draws.resamples)
+    seen: dict[float, list[tuple[float, float]]] = {-1.0: [(0.0, 1.0)], 1.0: [(0.0, 1.0)]}  # (dist, p)
+
+    def z(pv: float) -> float:
+        return nd.inv_cdf(1 - min(pv, cap) / 2)
+
+    def p_at(side: float, dist: float) -> float:
+        pv = permutation_p(p, draws, d + side * dist)
+        seen[side].append((dist, pv))
+        return pv
+
+    def bound(side: float, alpha: float) -> float:
+        target = nd.inv_cdf(1 - alpha / 2)
+        pts = seen[side]
+        inner = max(x for x, pv in pts if pv >= alpha)
+        outers = [x for x, pv in pts if pv < alpha]
+        if outers:
+            outer = min(outers)
+        else:  # first probe where the null distribution puts the bound, then widen
+            step = max(float(np.quantile(np.abs(null), 1 - alpha)), 1e-3, inner * 1.25)
+            while True:
+                if step > 8.0:
+                    return side * float("inf")
+                if p_at(side, step) < alpha:
+                    outer = step
+                    break
+                inner, step = step, 1.5 * step
+        h_in = z(max(pv for x, pv in pts if x == inner)) - target
+        h_out = z(max(pv for x, pv in pts if x == outer)) - target
+        last = 0
+        while outer - inner > tol:
+            mid = inner + (outer - inner) * (-h_in) / (h_out - h_in)
+            edge = (outer - inner) * 0.05  # stay strictly inside the bracket
+            mid = min(max(mid, inner + edge), outer - edge)
+            h_mid = z(p_at(side, mid)) - target
+            if h_mid > 0:  # p < alpha: new outer end
+                outer, h_out = mid, h_mid
+                h_in = h_in / 2 if last > 0 else h_in  # Illinois: halve the stale end
+                last = 1
+            else:
+                inner, h_in = mid, h_mid
+                h_out = h_out / 2 if last < 0 else h_out
+                last = -1
+        return d + side * 0.5 * (inner + outer)
+
+    return [(bound(-1.0, a), bound(1.0, a)) for a in alphas]

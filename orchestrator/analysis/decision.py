@@ -44,9 +44,6 @@ from orchestrator.config.plan import DecisionRule
 
 Verdict = Literal["faster", "slower", "equivalent", "inconclusive"]
 
-# Permutation statistics equal to the observed one up to float rounding count as "as extreme".
-_TIE_TOL = 1e-10
-
 
 class InsufficientData(ValueError):
     """The two arms share no block, so nothing can be compared."""
@@ -133,8 +130,7 @@ def _pair(baseline: ArmSample, candidate: ArmSample) -> tuple[rs.Paired, int, in
     keep_c = np.isin(candidate.blocks, shared)
     if shared.size == 0:
         raise InsufficientData(
-            f"{baseline.name!r} ({baseline.n} values) and {candidate.name!r} ({candidate.n} values) "
-            "share no block"
+            f"{baseline.name!r} ({baseline.n} values) and {candidate.name!r} ({candidate.n} values) share no block"
         )
     all_blocks = np.union1d(baseline.blocks, candidate.blocks)
     dropped_blocks = int(all_blocks.size - shared.size)
@@ -190,16 +186,14 @@ def compare(
 
     draws = rs.draw_permutations(paired, r, rng)
     null = rs.permuted_statistics(paired, paired.y, draws)
-    p = (1 + int(np.count_nonzero(np.abs(null) >= abs(d) - _TIE_TOL))) / (1 + r)
-    p_slower = (1 + int(np.count_nonzero(null <= d + _TIE_TOL))) / (1 + r)
+    p = (1 + int(np.count_nonzero(np.abs(null) >= abs(d) - rs.TIE_TOL))) / (1 + r)
+    p_slower = (1 + int(np.count_nonzero(null <= d + rs.TIE_TOL))) / (1 + r)
 
     qs = [a / 2, 1 - a / 2, 0.05, 0.95]
     if rule.ci_method == "block_bootstrap":
         lo, hi, lo90, hi90 = np.quantile(rs.block_bootstrap(paired, r, rng), qs)
     else:
-        aligned = paired.y - d * paired.is_cand
-        q_lo, q_hi, q_lo90, q_hi90 = np.quantile(rs.permuted_statistics(paired, aligned, draws), qs)
-        lo, hi, lo90, hi90 = d - q_hi, d - q_lo, d - q_hi90, d - q_lo90
+        (lo, hi), (lo90, hi90) = rs.invert_permutation_test(paired, draws, d, null, [a, 0.10])
 
     ratio = math.exp(d)
     ci90 = (math.exp(lo90), math.exp(hi90))
