@@ -15,11 +15,18 @@ All statistics are on log tok/s of trial1. For one pair of arms (baseline, candi
 
   - ``block_bootstrap``: whole paired blocks resampled with replacement (both arms' values of a
     block move together), percentile bounds of the difference of medians, exponentiated.
-  - ``permutation``: shift-based inversion of the permutation test. Under a location-shift model
-    with true log shift delta, the data with the candidate shifted by -delta are exchangeable
-    within blocks, so the permutation distribution D* of the statistic on the data *aligned by the
-    estimate* (candidate logs minus d) approximates the sampling distribution of d - delta; the CI
-    is ``[d - q(1 - a/2), d - q(a/2)]`` of D*. It reuses the p-value's permutations.
+  - ``permutation``: inversion of the within-block permutation test under a location-shift
+    model: the CI is every log shift delta that the test does not reject at that level,
+    ``{delta : p(delta) >= level}``, where ``p(delta)`` tests the data with the candidate's logs
+    shifted by -delta, using the same permutations as the p-value. ``p(delta)`` is monotone on
+    each side of the estimate, so each bound is a bracketed root search (to 0.05% in log units).
+    Calibrated in simulation (90% CI covers ~90%), but about 5x slower than the bootstrap. With
+    too few blocks for the test to ever reject, a bound is infinite (ratio 0 or inf).
+    (Aligning the data by the estimate and reading quantiles, the cheap shortcut, was tried and
+    under-covers for medians: ~85% for a nominal 90%.)
+
+  In simulation under the notes' noise model (40/arm) the bootstrap covers 92-94% for a nominal
+  90% and 96-97% for 95%.
 
 * Verdict: ``faster``/``slower`` if ``p < alpha`` and ``|ratio - 1| >= min_effect`` (direction from
   the ratio); else ``equivalent`` if the 90% CI lies inside ``[1 - margin, 1 + margin]``; else
