@@ -79,3 +79,14 @@ def test_baseline_is_the_sessions_lowest_reading() -> None:
     temps = iter([33.0, 32.0, 31.0, 31.0, 31.0, 31.0, 31.0, 31.0, 31.0])
     s, _ = settle(SettlePolicy(min_gap_s=0), lambda t: Telemetry(t=t, thermal_state="nominal", battery_c=next(temps)))
     assert s.settled and s.baseline_c == 31.0
+
+
+def test_sleeping_exactly_the_gap_is_not_defeated_by_rounding() -> None:
+    """Regression: a gap left of 1e-13 s was slept in steps too small to move the clock."""
+    cool = lambda t: Telemetry(t=t, thermal_state="nominal", battery_c=30.0)  # noqa: E731
+    for start in (2127.9197640909997, 1e6 + 0.1, 73.759953066):
+        clock = VirtualClock(start=start)
+        gate = SettleGate(SettlePolicy(flat_window_s=0, min_gap_s=90), clock)
+        gate.last_end = start - 0.3
+        s = asyncio.run(gate.wait(Scripted(clock, cool)))
+        assert s.settled and s.polls == 2 and abs(s.waited_s - 89.7) < 1e-3

@@ -47,7 +47,8 @@ class SettleGate:
             await self.clock.sleep(min(step, self.policy.timeout_s - waited))
 
     def _gap_left(self, now: float) -> float:
-        return 0.0 if self.last_end is None else max(0.0, self.policy.min_gap_s - (now - self.last_end))
+        left = 0.0 if self.last_end is None else self.policy.min_gap_s - (now - self.last_end)
+        return left if left > 1e-6 else 0.0  # sleeping exactly the gap can land a rounding error short
 
     def _blocking(self, reading: Telemetry, now: float) -> list[str]:
         p, why = self.policy, []
