@@ -10,6 +10,7 @@ Writes bench/results/controller.md and .json.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import platform
 import statistics
@@ -92,8 +93,8 @@ def overhead(tmp: Path, trials: int = 400) -> dict[str, float]:
 
     asyncio.run(run_sessions(manifest, journal, open_timed, {"sim000": SessionState()}, observe=observe))
     journal.close()
-    total = [b[0] - a[0] for a, b in zip(marks, marks[1:], strict=False)]
-    ctrl = [(b[0] - a[0]) - (b[1] - a[1]) for a, b in zip(marks, marks[1:], strict=False)]
+    total = [b[0] - a[0] for a, b in itertools.pairwise(marks)]
+    ctrl = [(b[0] - a[0]) - (b[1] - a[1]) for a, b in itertools.pairwise(marks)]
     return {
         "trials": len(marks),
         "controller_ms_median": statistics.median(ctrl) * 1e3,

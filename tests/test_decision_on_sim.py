@@ -10,6 +10,7 @@ import asyncio
 from collections import Counter
 
 from conftest import fleet_of, plan_with, sim_device
+
 from orchestrator import app as core
 from orchestrator.analysis.summary import verdicts
 from orchestrator.devices import open_device

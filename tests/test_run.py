@@ -156,7 +156,8 @@ def test_interrupt_keeps_the_journal_and_resume_finishes(tmp_path: Path) -> None
     assert set(finals(run).values()) == {1} and len(finals(run)) == 48
 
 
-def test_sigkill_mid_run_then_resume_runs_every_trial_exactly_once(tmp_path: Path) -> None:
+def start_and_signal(tmp_path: Path, sig: signal.Signals) -> tuple[RunDir, int, bytes]:
+    """`orch run` in its own process on 12 devices x 80 trials; `sig` once 100 trials are journaled."""
     devices = [sim_device(f"p{i}", seed=i, faults={"crash": 0.05}) for i in range(12)]
     f, p = write_inputs(tmp_path, fleet_of(*devices), plan_with(blocks=20))
     results = tmp_path / "r"
@@ -166,20 +167,35 @@ def test_sigkill_mid_run_then_resume_runs_every_trial_exactly_once(tmp_path: Pat
     )
     deadline = time.monotonic() + 60
     journal = None
-    while time.monotonic() < deadline:
-        runs = [d for d in results.glob("*/journal.jsonl")] if results.exists() else []
+    while time.monotonic() < deadline and journal is None:
+        runs = list(results.glob("*/journal.jsonl")) if results.exists() else []
         if runs and runs[0].read_bytes().count(b'"type":"trial"') >= 100:
             journal = runs[0]
-            break
-        time.sleep(0.005)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+        time.sleep(0.002)
+    proc.send_signal(sig)
+    output, _ = proc.communicate(timeout=60)
     assert journal is not None, "the run never got going"
-    run = RunDir(journal.parent)
+    return RunDir(journal.parent), proc.returncode, output
+
+
+def test_ctrl_c_exits_130_with_a_valid_journal_and_resumes(tmp_path: Path) -> None:
+    run, code, output = start_and_signal(tmp_path, signal.SIGINT)
+    assert code == 130, output
+    assert b"Resume with: orch run --resume" in output and b"Traceback" not in output
+    stops = [r for r in run.records() if isinstance(r, SessionStopped)]
+    assert stops and {s.reason for s in stops} <= {"interrupted", "completed"}
+    code, out = invoke("run", "--resume", run.run_id, "--results", str(run.path.parent))
+    assert code == 0, out
+    assert len(finals(run)) == 960 and set(finals(run).values()) == {1}
+
+
+def test_sigkill_mid_run_then_resume_runs_every_trial_exactly_once(tmp_path: Path) -> None:
+    run, code, _ = start_and_signal(tmp_path, signal.SIGKILL)
+    assert code == -signal.SIGKILL
     before = finals(run)
     assert 100 <= len(before) < 960, "killed mid-run"
-    assert not any(isinstance(r, RunFinished) for r in read_journal(journal))
-    code, out = invoke("run", "--resume", run.run_id, "--results", str(results))
+    assert not any(isinstance(r, RunFinished) for r in read_journal(run.journal_path))
+    code, out = invoke("run", "--resume", run.run_id, "--results", str(run.path.parent))
     assert code == 0, out
     after = finals(run)
     planned = {t.trial_id for s in run.manifest().sessions for t in s.trials}
