@@ -37,9 +37,10 @@ func require(_ ok: Bool, _ field: String, _ reason: @autoclosure () -> String) t
 
 /// Encoder and decoder configured for protocol JSON.
 public enum ProtocolJSON {
-    public static func encoder() -> JSONEncoder {
+    /// Sorted keys; compact unless `pretty` (results carry thousands of timestamps).
+    public static func encoder(pretty: Bool = false) -> JSONEncoder {
         let e = JSONEncoder()
-        e.outputFormatting = [.sortedKeys, .prettyPrinted, .withoutEscapingSlashes]
+        e.outputFormatting = pretty ? [.sortedKeys, .prettyPrinted, .withoutEscapingSlashes] : [.sortedKeys, .withoutEscapingSlashes]
         return e
     }
 

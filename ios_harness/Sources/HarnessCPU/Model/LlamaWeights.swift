@@ -1,0 +1,81 @@
+import HarnessCore
+
+/// Every weight of a llama model, pointing into the loaded GGUF file.
+struct LlamaWeights {
+    struct Layer {
+        let attnNorm: UnsafePointer<Float>
+        let q, k, v, o: WeightMatrix
+        let ffnNorm: UnsafePointer<Float>
+        let gate, up, down: WeightMatrix
+    }
+
+    let embed: WeightMatrix
+    let layers: [Layer]
+    let outputNorm: UnsafePointer<Float>
+    /// `output.weight`, or the embedding when the head is tied.
+    let head: WeightMatrix
+    let tied: Bool
+
+    init(file: GGUFFile, config c: LlamaConfig) throws {
+        func tensor(_ name: String) throws -> GGUFTensor {
+            guard let t = file.tensors[name] else { throw HarnessError(.badModel, "GGUF lacks tensor \(name)") }
+            return t
+        }
+        func matrix(_ name: String, _ rows: Int, _ cols: Int) throws -> WeightMatrix {
+            try WeightMatrix(tensor(name), in: file, rows: rows, cols: cols)
+        }
+        func norm(_ name: String) throws -> UnsafePointer<Float> {
+            let t = try tensor(name)
+            guard t.type == .f32, t.dims == [c.dim] else {
+                throw HarnessError(.badModel, "norm \(name) is \(t.type) \(t.dims), expected F32 [\(c.dim)]")
+            }
+            return file.data(t).assumingMemoryBound(to: Float.self)
+        }
+        embed = try matrix("token_embd.weight", c.vocab, c.dim)
+        layers = try (0..<c.layers).map { i in
+            let p = "blk.\(i)."
+            return Layer(
+                attnNorm: try norm(p + "attn_norm.weight"),
+                q: try matrix(p + "attn_q.weight", c.dim, c.dim),
+                k: try matrix(p + "attn_k.weight", c.kvDim, c.dim),
+                v: try matrix(p + "attn_v.weight", c.kvDim, c.dim),
+                o: try matrix(p + "attn_output.weight", c.dim, c.dim),
+                ffnNorm: try norm(p + "ffn_norm.weight"),
+                gate: try matrix(p + "ffn_gate.weight", c.hidden, c.dim),
+                up: try matrix(p + "ffn_up.weight", c.hidden, c.dim),
+                down: try matrix(p + "ffn_down.weight", c.dim, c.hidden))
+        }
+        outputNorm = try norm("output_norm.weight")
+        if file.tensors["output.weight"] != nil {
+            head = try matrix("output.weight", c.vocab, c.dim)
+            tied = false
+        } else {
+            head = embed
+            tied = true
+        }
+    }
+
+    /// Bytes of every matrix one layer stack pass reads, norms included.
+    var layerBytes: Int {
+        layers.reduce(0) { total, l in
+            total + [l.q, l.k, l.v, l.o, l.gate, l.up, l.down].reduce(0) { $0 + $1.byteCount } + 2 * embed.cols * 4
+        }
+    }
+
+    /// Weight bytes read for one decode token: embedding row, all layers, final norm, head.
+    var bytesPerDecodeToken: Int {
+        embed.rowBytes + layerBytes + embed.cols * 4 + head.byteCount
+    }
+
+    /// Weight bytes per prompt token at chunk width m: the layers are read once per chunk; the
+    /// head, read once per prompt for the last token only, is left out.
+    func bytesPerPrefillToken(chunkWidth m: Int) -> Int {
+        embed.rowBytes + (layerBytes + m - 1) / m
+    }
+
+    var weightTypes: Set<GGMLType> {
+        var s: Set<GGMLType> = [head.type]
+        for l in layers { for m in [l.q, l.k, l.v, l.o, l.gate, l.up, l.down] { s.insert(m.type) } }
+        return s
+    }
+}

@@ -1,0 +1,29 @@
+import Foundation
+import HarnessCore
+
+extension RawLoopCPU {
+    /// Caches a spec may ask to clear before this engine loads.
+    /// `page_cache`: the model file's pages are dropped from the OS page cache (Linux), so the
+    /// load reads storage. `compiled_kernels`: nothing to clear (kernels are compiled in), listed
+    /// as cold for symmetry with engines that cache compiled kernels on disk.
+    public static let clearableCaches: Set<String> = ["page_cache", "compiled_kernels"]
+
+    /// Builds the engine for a spec: threads from the spec, else tuning `threads`, else all CPUs.
+    public static func make(spec: TrialSpec, tuning: [String: TuningValue]) throws -> (engine: any Engine, coldCaches: [String]) {
+        if let bad = tuning.keys.sorted().first(where: { !tuningKeys.contains($0) }) {
+            throw HarnessError(.badTuning, "rawloop-cpu has no tuning parameter '\(bad)' (has: \(tuningKeys.sorted().joined(separator: ", ")))")
+        }
+        var threads = ProcessInfo.processInfo.activeProcessorCount
+        if let t = tuning["threads"] {
+            guard let v = t.intValue, v >= 1 else { throw HarnessError(.badTuning, "threads must be an integer >= 1") }
+            threads = v
+        }
+        if let t = spec.threads { threads = t }
+        if let bad = spec.clearCaches.first(where: { !clearableCaches.contains($0) }) {
+            throw HarnessError(.badSpec, "rawloop-cpu cannot clear cache '\(bad)' (knows: \(clearableCaches.sorted().joined(separator: ", ")))")
+        }
+        let engine = try RawLoopCPU(modelPath: spec.model, threads: threads,
+                                    dropPageCache: spec.clearCaches.contains("page_cache"))
+        return (engine, spec.clearCaches.sorted())
+    }
+}

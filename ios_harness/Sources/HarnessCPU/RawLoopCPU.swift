@@ -1,0 +1,204 @@
+import Foundation
+import HarnessCore
+
+/// The CPU raw loop: a llama decoder over GGUF Q8_0 / Q4_0 (F32 also read) weights, greedy.
+///
+/// Matrix-vector work is split over output rows across the worker pool; every output scalar is
+/// computed by one thread with one kernel in one K order, so results do not depend on the
+/// thread count. Prefill runs chunks of M tokens through the same kernels column by column
+/// (sharing weight loads), so any chunk width gives the bits of M = 1.
+public final class RawLoopCPU: Engine {
+    public static let engineName = "rawloop-cpu"
+    /// Bumped whenever kernel arithmetic changes (results are only comparable within a version).
+    public static let engineVersion = "rawloop-cpu 1"
+    /// Tuning parameters this engine accepts.
+    public static let tuningKeys: Set<String> = ["threads"]
+
+    public let name = RawLoopCPU.engineName
+    public let version = RawLoopCPU.engineVersion
+    public let config: LlamaConfig
+    public let file: GGUFFile
+    let weights: LlamaWeights
+    let pool: WorkerPool
+    let kv: KVCache
+    var buffers: Buffers
+    let ropeCos: UnsafeMutablePointer<Float>
+    let ropeSin: UnsafeMutablePointer<Float>
+    let scores: UnsafeMutablePointer<Float>
+    /// Logits of the last position run (prefill's last token or the last decode step).
+    public let logits: UnsafeMutablePointer<Float>
+    public private(set) var position = 0
+    private let needQ8: Bool
+    private let needQ4: Bool
+
+    public var contextLength: Int { config.contextLength }
+    public var vocabSize: Int { config.vocab }
+    public var threads: Int? { pool.count }
+    public var bytesPerDecodeToken: Int { weights.bytesPerDecodeToken }
+    public func bytesPerPrefillToken(chunkWidth: Int) -> Int { weights.bytesPerPrefillToken(chunkWidth: max(1, chunkWidth)) }
+    public var weightTypes: [String] { weights.weightTypes.map(\.description).sorted() }
+    public var tiedHead: Bool { weights.tied }
+
+    public init(modelPath: String, threads: Int, dropPageCache: Bool = false) throws {
+        file = try GGUFFile(path: modelPath, dropPageCache: dropPageCache)
+        config = try LlamaConfig(file: file)
+        guard config.headDim % 8 == 0 else {
+            throw HarnessError(.badModel, "head dim \(config.headDim) is not a multiple of 8")
+        }
+        weights = try LlamaWeights(file: file, config: config)
+        let types = weights.weightTypes
+        needQ8 = types.contains(.q8_0)
+        needQ4 = types.contains(.q4_0)
+        pool = WorkerPool(threads: threads)
+        kv = KVCache(config: config)
+        buffers = Buffers(config: config, columns: 1)
+        let half = config.headDim / 2
+        ropeCos = .allocate(capacity: config.contextLength * half)
+        ropeSin = .allocate(capacity: config.contextLength * half)
+        for p in 0..<config.contextLength {
+            for i in 0..<half {
+                let theta = Double(p) * pow(Double(config.ropeBase), -2 * Double(i) / Double(config.headDim))
+                ropeCos[p * half + i] = Float(Foundation.cos(theta))
+                ropeSin[p * half + i] = Float(Foundation.sin(theta))
+            }
+        }
+        scores = .allocate(capacity: pool.count * config.contextLength)
+        logits = .allocate(capacity: config.vocab)
+        logits.initialize(repeating: 0, count: config.vocab)
+    }
+
+    deinit {
+        pool.stop()
+        ropeCos.deallocate()
+        ropeSin.deallocate()
+        scores.deallocate()
+        logits.deallocate()
+    }
+
+    public func reset() { position = 0 }
+
+    public func prefill(_ tokens: [Int32], chunkWidth: Int) throws -> Int32 {
+        guard !tokens.isEmpty else { throw HarnessError(.badSpec, "empty prompt") }
+        guard chunkWidth >= 1 else { throw HarnessError(.badSpec, "chunk width \(chunkWidth) < 1") }
+        try checkRoom(tokens.count)
+        let m = min(chunkWidth, tokens.count)
+        if buffers.columns < m { buffers = Buffers(config: config, columns: m) }
+        var start = 0
+        while start < tokens.count {
+            let n = min(m, tokens.count - start)
+            try forward(Array(tokens[start..<(start + n)]))
+            start += n
+        }
+        return head()
+    }
+
+    public func decode(_ token: Int32) throws -> Int32 {
+        try checkRoom(1)
+        try forward([token])
+        return head()
+    }
+
+    private func checkRoom(_ n: Int) throws {
+        if position + n > config.contextLength {
+            throw HarnessError(.contextOverflow, "position \(position + n) exceeds the context of \(config.contextLength)")
+        }
+    }
+
+    /// Runs `tokens` (at most `buffers.columns`) through every layer at the next positions.
+    private func forward(_ tokens: [Int32]) throws {
+        let c = config, b = buffers, m = tokens.count, p0 = position
+        let dim = c.dim, kvDim = c.kvDim, hd = c.headDim, hidden = c.hidden
+        for (i, t) in tokens.enumerated() {
+            guard t >= 0, Int(t) < c.vocab else { throw HarnessError(.badSpec, "token id \(t) outside the vocabulary") }
+            weights.embed.dequantizeRow(Int(t), into: b.x + i * dim)
+        }
+        let threads = pool.count
+        let half = hd / 2
+        for (li, layer) in weights.layers.enumerated() {
+            // Attention block: norm, fused q/k/v rows, rope, cache, attention, output + residual.
+            for i in 0..<m { Ops.rmsNorm(b.x + i * dim, layer.attnNorm, b.xn + i * dim, count: dim, eps: c.normEps) }
+            b.prepDim.prepare(b.xn, count: m, q8: needQ8, q4: needQ4)
+            let qkvRows = dim + 2 * kvDim
+            pool.run { id in
+                let share = WorkerPool.share(qkvRows, id, threads)
+                let qr = share.clamped(to: 0..<dim)
+                let kr = share.clamped(to: dim..<(dim + kvDim))
+                let vr = share.clamped(to: (dim + kvDim)..<qkvRows)
+                if !qr.isEmpty { layer.q.multiply(rows: qr, input: b.prepDim, out: b.q, outStride: dim) }
+                if !kr.isEmpty {
+                    layer.k.multiply(rows: (kr.lowerBound - dim)..<(kr.upperBound - dim), input: b.prepDim, out: b.k, outStride: kvDim)
+                }
+                if !vr.isEmpty {
+                    let lo = dim + kvDim
+                    layer.v.multiply(rows: (vr.lowerBound - lo)..<(vr.upperBound - lo), input: b.prepDim, out: b.v, outStride: kvDim)
+                }
+            }
+            for i in 0..<m {
+                let pos = p0 + i
+                Ops.rope(b.q + i * dim, heads: c.heads, headDim: hd, cos: ropeCos + pos * half, sin: ropeSin + pos * half)
+                Ops.rope(b.k + i * kvDim, heads: c.kvHeads, headDim: hd, cos: ropeCos + pos * half, sin: ropeSin + pos * half)
+                kv.key(li, pos).update(from: b.k + i * kvDim, count: kvDim)
+                kv.value(li, pos).update(from: b.v + i * kvDim, count: kvDim)
+            }
+            let group = c.heads / c.kvHeads
+            let items = m * c.heads
+            let kvc = kv, scoreBase = scores, ctx = c.contextLength
+            pool.run { id in
+                let scratch = scoreBase + id * ctx
+                for item in WorkerPool.share(items, id, threads) {
+                    let i = item / c.heads, h = item % c.heads
+                    let off = (h / group) * hd
+                    Ops.attend(
+                        q: b.q + i * dim + h * hd,
+                        keys: { UnsafePointer(kvc.key(li, $0) + off) },
+                        values: { UnsafePointer(kvc.value(li, $0) + off) },
+                        pos: p0 + i, headDim: hd, scores: scratch, out: b.att + i * dim + h * hd)
+                }
+            }
+            b.prepDim.prepare(b.att, count: m, q8: needQ8, q4: needQ4)
+            pool.run { id in
+                let rows = WorkerPool.share(dim, id, threads)
+                layer.o.multiply(rows: rows, input: b.prepDim, out: b.tmp, outStride: dim)
+                for i in 0..<m { for r in rows { b.x[i * dim + r] += b.tmp[i * dim + r] } }
+            }
+            // MLP block: norm, fused gate/up rows with SiLU, down + residual.
+            for i in 0..<m { Ops.rmsNorm(b.x + i * dim, layer.ffnNorm, b.xn + i * dim, count: dim, eps: c.normEps) }
+            b.prepDim.prepare(b.xn, count: m, q8: needQ8, q4: needQ4)
+            pool.run { id in
+                let rows = WorkerPool.share(hidden, id, threads)
+                layer.gate.multiply(rows: rows, input: b.prepDim, out: b.gate, outStride: hidden)
+                layer.up.multiply(rows: rows, input: b.prepDim, out: b.up, outStride: hidden)
+                for i in 0..<m {
+                    for r in rows {
+                        let j = i * hidden + r
+                        b.hidden[j] = Ops.silu(b.gate[j]) * b.up[j]
+                    }
+                }
+            }
+            b.prepHidden.prepare(b.hidden, count: m, q8: needQ8, q4: needQ4)
+            pool.run { id in
+                let rows = WorkerPool.share(dim, id, threads)
+                layer.down.multiply(rows: rows, input: b.prepHidden, out: b.tmp, outStride: dim)
+                for i in 0..<m { for r in rows { b.x[i * dim + r] += b.tmp[i * dim + r] } }
+            }
+        }
+        position += m
+        lastColumn = m - 1
+    }
+
+    private var lastColumn = 0
+
+    /// Final norm and output head for the last position run; returns the greedy token.
+    private func head() -> Int32 {
+        let c = config, b = buffers
+        Ops.rmsNorm(b.x + lastColumn * c.dim, weights.outputNorm, b.xn, count: c.dim, eps: c.normEps)
+        b.prepDim.prepare(b.xn, count: 1, q8: needQ8, q4: needQ4)
+        let threads = pool.count, vocab = c.vocab, out = logits, headMatrix = weights.head
+        pool.run { id in
+            headMatrix.multiply(rows: WorkerPool.share(vocab, id, threads), input: b.prepDim, out: out, outStride: vocab)
+        }
+        var best = 0
+        for i in 1..<vocab where logits[i] > logits[best] { best = i }
+        return Int32(best)
+    }
+}

@@ -1,0 +1,92 @@
+import Foundation
+
+/// Builds the engine a spec names. The CLI and the app each pass one that knows their engines.
+public protocol EngineFactory {
+    /// Engine names this factory can build.
+    var engineNames: [String] { get }
+    /// Loads the spec's model into the named engine with the merged tuning parameters;
+    /// returns the engine and the caches it really started cold.
+    func make(spec: TrialSpec, tuning: [String: TuningValue]) throws -> (engine: any Engine, coldCaches: [String])
+}
+
+/// `harness run`: spec file in, result file out (atomically), sentinel line, exit code.
+/// Shared by the CLI and the iOS app so both behave identically.
+public enum SpecRun {
+    /// Exit codes: 0 ok result written; 2 error result written; 3 the result could not be written.
+    public static let exitOK: Int32 = 0
+    public static let exitErrorResult: Int32 = 2
+    public static let exitUnwritable: Int32 = 3
+
+    public static func sentinel(trialId: String, path: String) -> String {
+        "HARNESS_DONE \(trialId) \(path)"
+    }
+
+    public static func execute(
+        specPath: String, outPath: String, tuningPath: String?, factory: any EngineFactory,
+        runner: TrialRunner = TrialRunner(thermal: Thermal.platformProbe()),
+        print emit: (String) -> Void = Console.line
+    ) -> Int32 {
+        let result = produce(specPath: specPath, tuningPath: tuningPath, factory: factory, runner: runner)
+        do {
+            try result.validate()
+            try AtomicFile.write(ProtocolJSON.encoder().encode(result), to: outPath)
+        } catch {
+            FileHandle.standardError.write(Data("harness: cannot write result: \(error)\n".utf8))
+            return exitUnwritable
+        }
+        emit(sentinel(trialId: result.trialId, path: outPath))
+        return result.status == .ok ? exitOK : exitErrorResult
+    }
+
+    /// The result for a spec: an ok result, or an error result naming what went wrong.
+    public static func produce(
+        specPath: String, tuningPath: String?, factory: any EngineFactory, runner: TrialRunner
+    ) -> TrialResult {
+        let spec: TrialSpec
+        switch SpecLoader.load(path: specPath) {
+        case .failure(let error, let id):
+            var r = TrialResult(
+                runId: id.runId, trialId: id.trialId, status: .error, error: error, engine: id.engine,
+                engineVersion: "unknown", harnessBuild: HarnessBuild.id, model: id.model,
+                promptTokens: id.promptTokens, chunkWidth: id.chunkWidth)
+            r.threads = nil
+            return r
+        case .spec(let s):
+            spec = s
+        }
+        var base = TrialResult(
+            runId: spec.runId, trialId: spec.trialId, status: .error, engine: spec.engine,
+            engineVersion: "unknown", harnessBuild: HarnessBuild.id, model: spec.model,
+            promptTokens: spec.promptTokens, chunkWidth: spec.chunkWidth)
+        base.threads = spec.threads
+        base.tuning = spec.tuning
+        do {
+            guard factory.engineNames.contains(spec.engine) else {
+                throw HarnessError(.badSpec, "engine '\(spec.engine)' is not in this build (have: \(factory.engineNames.joined(separator: ", ")))")
+            }
+            if let b = spec.build, b != HarnessBuild.id {
+                throw HarnessError(.badSpec, "spec expects build \(b), this harness is \(HarnessBuild.id)")
+            }
+            let table = try tuningPath.map { try TuningTable.load(path: $0, for: spec.engine) }
+            let tuning = TuningTable.merged(table: table, spec: spec.tuning)
+            base.tuning = tuning
+            if let expected = spec.modelSha256 {
+                let actual = try SHA256.hexDigest(ofFile: spec.model)
+                if actual.lowercased() != expected.lowercased() {
+                    throw HarnessError(.badModel, "model sha256 \(actual) != spec's \(expected)")
+                }
+            }
+            let (engine, cold) = try factory.make(spec: spec, tuning: tuning)
+            base.engineVersion = engine.version
+            base.coldCaches = cold
+            base.threads = engine.threads
+            return try runner.run(spec, on: engine, base: base)
+        } catch let error as HarnessError {
+            base.error = error
+            return base
+        } catch {
+            base.error = HarnessError(.engineFailure, "\(error)")
+            return base
+        }
+    }
+}

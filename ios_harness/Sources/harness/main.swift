@@ -1,0 +1,76 @@
+import Foundation
+import HarnessCore
+import HarnessCPU
+
+let usage = """
+    usage: harness run --spec FILE --out FILE [--tuning FILE]
+           harness probe --out FILE [--threads N] [--mib N] [--repeats N] [--patterns a,b]
+           harness info
+    """
+
+func fail(_ message: String) -> Never {
+    FileHandle.standardError.write(Data("harness: \(message)\n\(usage)\n".utf8))
+    exit(64)
+}
+
+let args: Args
+do {
+    args = try Args(Array(CommandLine.arguments.dropFirst()))
+} catch {
+    fail("\(error)")
+}
+
+switch args.command {
+case "run":
+    do {
+        try args.only(["spec", "out", "tuning"])
+        let code = SpecRun.execute(
+            specPath: try args.require("spec"), outPath: try args.require("out"),
+            tuningPath: args.options["tuning"], factory: BuiltinEngines())
+        exit(code)
+    } catch {
+        fail("\(error)")
+    }
+case "probe":
+    do {
+        try args.only(["out", "threads", "mib", "repeats", "patterns"])
+        let out = try args.require("out")
+        let host = HostInfo.current()
+        guard let threads = Int(args.options["threads"] ?? String(host.logicalCpus)), threads >= 1 else { fail("bad --threads") }
+        let bytes: Int
+        if let mib = args.options["mib"] {
+            guard let m = Int(mib), m >= 1 else { fail("bad --mib") }
+            bytes = m << 20
+        } else {
+            bytes = StreamProbe.defaultBufferBytes(host: host)
+        }
+        guard let repeats = Int(args.options["repeats"] ?? "7"), repeats >= 1 else { fail("bad --repeats") }
+        let patterns = args.options["patterns"].map { $0.split(separator: ",").map(String.init) }
+        let report = StreamProbe(threads: threads, bufferBytes: bytes, repeats: repeats).run(host: host, patterns: patterns)
+        try AtomicFile.write(ProtocolJSON.encoder().encode(report), to: out)
+        for m in report.results {
+            Console.line(m.pattern.padding(toLength: 12, withPad: " ", startingAt: 0) + String(format: " best %6.2f GB/s  median %6.2f GB/s", m.bestGBPerS, m.medianGBPerS))
+        }
+        Console.line("HARNESS_DONE probe \(out)")
+    } catch {
+        fail("\(error)")
+    }
+case "info":
+    struct Info: Encodable {
+        let harnessBuild: String
+        let protocolSchemaVersion: Int
+        let engines: [String]
+        let host: HostInfo
+        enum CodingKeys: String, CodingKey {
+            case engines, host
+            case harnessBuild = "harness_build"
+            case protocolSchemaVersion = "protocol_schema_version"
+        }
+    }
+    let info = Info(
+        harnessBuild: HarnessBuild.id, protocolSchemaVersion: protocolSchemaVersion,
+        engines: BuiltinEngines().engineNames, host: HostInfo.current())
+    Console.line(String(decoding: try! ProtocolJSON.encoder(pretty: true).encode(info), as: UTF8.self))
+default:
+    fail(args.command.map { "unknown command '\($0)'" } ?? "no command")
+}
