@@ -18,6 +18,9 @@ SCHEMA_VERSION: Literal[1] = 1
 
 TuningValue = int | float | str | bool
 
+# Ids that become file names on devices and hosts: never a path separator, never a shell word.
+SAFE_ID = r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$"
+
 # How a trial can fail, as seen from the controller (the device boundary maps every fault to one).
 FailureKind = Literal["disconnected", "crashed", "hung", "bad_output", "launch_failed", "harness_error"]
 
@@ -30,8 +33,8 @@ class TrialSpec(_Strict):
     """One fresh launch of one engine: everything the harness needs, nothing it must guess."""
 
     schema_version: Literal[1] = SCHEMA_VERSION
-    run_id: str
-    trial_id: str
+    run_id: str = Field(pattern=SAFE_ID)
+    trial_id: str = Field(pattern=SAFE_ID, description="Also a file name on the device: no path separators")
     engine: str
     model: str = Field(description="Model path (or name) as the device sees it")
     model_sha256: str | None = None

@@ -28,7 +28,7 @@ def rates(device: SimDevice, n: int, engine: str = "rawloop-metal", gap: float =
     async def go() -> list[float]:
         out = []
         for i in range(n):
-            r = await device.run_trial(contract_spec(engine, "m", f"t/{i}", decode_tokens=64), 300)
+            r = await device.run_trial(contract_spec(engine, "m", f"t-{i}", decode_tokens=64), 300)
             assert isinstance(r, TrialResult)
             out.append(r.decode_tok_s() or 0.0)
             await device.clock.sleep(gap)
@@ -116,7 +116,7 @@ def test_faults_come_back_typed_at_their_rate(fault: str, kind: str) -> None:
     async def go() -> list[str]:
         kinds = []
         for i in range(400):
-            r = await device.run_trial(contract_spec("rawloop-metal", "m", f"t/{i}"), 60)
+            r = await device.run_trial(contract_spec("rawloop-metal", "m", f"t-{i}"), 60)
             kinds.append(r.kind if isinstance(r, TrialFailure) else "ok")
         return kinds
 

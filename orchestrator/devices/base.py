@@ -7,6 +7,7 @@ and one contract test (``orchestrator.devices.contract``) that every backend pas
 from __future__ import annotations
 
 import abc
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -57,12 +58,37 @@ class Artifacts(_Record):
     extra: dict[str, str] = Field(default_factory=dict)
 
 
+HealthState = Literal[
+    "ok",
+    "not_connected",
+    "locked",
+    "developer_mode_off",
+    "not_trusted",
+    "ddi_missing",
+    "tunnel_unavailable",
+    "unreachable",
+    "auth_refused",
+    "host_key_rejected",
+    "harness_missing",
+    "error",
+]
+
+
+class Health(_Record):
+    """Whether a device can run trials now, and if not, what a person must do."""
+
+    state: HealthState
+    fix: str | None = None
+    detail: str | None = None
+
+
 class DeviceUnavailable(Exception):
     """`info`, `telemetry` or `prepare` could not reach the device. The scheduler keeps waiting."""
 
-    def __init__(self, message: str, fix: str | None = None):
+    def __init__(self, message: str, fix: str | None = None, state: HealthState = "not_connected"):
         super().__init__(message)
         self.fix = fix
+        self.state = state
 
 
 class Device(abc.ABC):
@@ -85,6 +111,14 @@ class Device(abc.ABC):
     @abc.abstractmethod
     async def run_trial(self, spec: TrialSpec, timeout: float) -> TrialResult | TrialFailure:
         """One fresh launch. Every fault comes back as a TrialFailure, never as an exception."""
+
+    async def health(self) -> Health:
+        """Can this device run trials now? Backends with richer checks override this."""
+        try:
+            await self.info()
+        except DeviceUnavailable as exc:
+            return Health(state=exc.state, fix=exc.fix, detail=str(exc))
+        return Health(state="ok")
 
     async def close(self) -> None:
         """Release connections. Calling it twice is harmless."""

@@ -9,7 +9,7 @@ from orchestrator.devices.base import Artifacts, Device, DeviceInfo, PrepareRepo
 from orchestrator.protocol import TrialResult, TrialSpec
 
 
-def contract_spec(engine: str, model: str, trial_id: str = "contract/0000", **over: object) -> TrialSpec:
+def contract_spec(engine: str, model: str, trial_id: str = "contract-0000", **over: object) -> TrialSpec:
     fields: dict[str, object] = {
         "run_id": "contract", "trial_id": trial_id, "engine": engine, "model": model, "prompt_tokens": 8,
         "decode_tokens": 8, "chunk_width": 1, "seed": 1,
@@ -41,11 +41,11 @@ async def check_device_contract(device: Device, *, engine: str, model: str, time
     assert result.trial1 is not None and len(result.trial1.token_ids) == spec.decode_tokens
     assert (result.decode_tok_s() or 0) > 0, "decode tok/s must be positive"
 
-    for bad in (contract_spec("no-such-engine", model, "contract/0001"),):
+    for bad in (contract_spec("no-such-engine", model, "contract-0001"),):
         failure = await device.run_trial(bad, timeout)
         assert isinstance(failure, TrialFailure), f"an unknown engine must come back as a TrialFailure: {failure!r}"
 
-    hung = await device.run_trial(contract_spec(engine, model, "contract/0002", decode_tokens=4096), 1e-3)
+    hung = await device.run_trial(contract_spec(engine, model, "contract-0002", decode_tokens=4096), 1e-3)
     assert isinstance(hung, TrialFailure) and hung.kind == "hung", f"a trial over its timeout is 'hung': {hung!r}"
 
     await device.close()

@@ -42,6 +42,6 @@ def session_plan(plan: Plan, device: str, seed: int) -> SessionPlan:
     trials, seq = [], 0
     for block, letters in enumerate(pattern):
         for letter in letters:
-            trials.append(ScheduledTrial(trial_id=f"{device}/{seq:04d}", seq=seq, block=block, arm=order[letter]))
+            trials.append(ScheduledTrial(trial_id=f"{device}-{seq:04d}", seq=seq, block=block, arm=order[letter]))
             seq += 1
     return SessionPlan(device=device, coin=coin, arm_order=order, trials=trials)
