@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 SWIFT ?= $(shell command -v swift 2>/dev/null || echo /opt/swift/usr/bin/swift)
 HARNESS := ios_harness
 
-.PHONY: demo test lint typecheck pytest swift bench clean
+.PHONY: demo test lint typecheck pytest swift sshd bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -26,8 +26,14 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-pytest: $(STAMP)
+pytest: $(STAMP) sshd
 	$(BIN)/pytest
+
+# The SSH tests run against a real OpenSSH server on loopback: install Debian's when missing.
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+sshd:
+	@test -x /usr/sbin/sshd || command -v sshd >/dev/null || \
+	  ( $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq openssh-server >/dev/null )
 
 # The harness package builds and tests wherever Swift is; without Swift this step says so and skips.
 swift:

@@ -59,3 +59,12 @@ def plan_with(**over: object) -> Plan:
     }
     base.update(over)
     return Plan.model_validate(base)
+
+
+@pytest.fixture(scope="session")
+def sshd(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    from sshd import start_sshd
+
+    server = start_sshd(tmp_path_factory.mktemp("sshd"))
+    yield server
+    server.stop()

@@ -1,0 +1,268 @@
+"""The SSH runner (paramiko): host keys verified against known_hosts, unknown or changed keys refused.
+
+Trusting a new host is an explicit per-host opt-in (`trust_new_host_key: true`); a changed key is
+always refused, naming the host and both fingerprints. Every command word is `shlex.quote`d.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import os
+import select
+import shlex
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import paramiko
+
+from orchestrator.config.fleet import SshHost
+from orchestrator.devices.runners import (
+    AuthRefused,
+    CommandResult,
+    ConnectionLost,
+    HostKeyRejected,
+    LineSink,
+    Runner,
+    Unreachable,
+)
+
+PID_TAG = "ORCH_PID "
+
+
+def fingerprint(key: paramiko.PKey) -> str:
+    """OpenSSH style: SHA256:base64 without padding."""
+    digest = hashlib.sha256(key.asbytes()).digest()
+    return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
+
+
+class _UnknownHostKey(Exception):
+    def __init__(self, hostname: str, key: paramiko.PKey):
+        super().__init__(hostname)
+        self.hostname, self.key = hostname, key
+
+
+class _Refuse(paramiko.MissingHostKeyPolicy):
+    def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
+        raise _UnknownHostKey(hostname, key)
+
+
+class _TrustAndRecord(paramiko.MissingHostKeyPolicy):
+    """The opt-in: accept a host seen for the first time and write its key to known_hosts."""
+
+    def __init__(self, known_hosts: Path):
+        self.known_hosts = known_hosts
+
+    def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
+        client.get_host_keys().add(hostname, key.get_name(), key)
+        self.known_hosts.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.known_hosts, "a") as f:
+            f.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")
+
+
+class SshRunner(Runner):
+    def __init__(self, cfg: SshHost):
+        self.cfg = cfg
+        self.name = cfg.id
+        self._client: paramiko.SSHClient | None = None
+        self._home: str | None = None
+        self._lock = asyncio.Lock()
+
+    # -- connection --------------------------------------------------------------------------
+    def _where(self) -> str:
+        return f"{self.cfg.id} ({self.cfg.user}@{self.cfg.address}:{self.cfg.port})"
+
+    def _connect_sync(self) -> paramiko.SSHClient:
+        cfg = self.cfg
+        known = Path(os.path.expanduser(cfg.known_hosts))
+        client = paramiko.SSHClient()
+        if known.exists():
+            client.load_host_keys(str(known))
+        client.set_missing_host_key_policy(_TrustAndRecord(known) if cfg.trust_new_host_key else _Refuse())
+        try:
+            client.connect(
+                cfg.address, port=cfg.port, username=cfg.user,
+                key_filename=os.path.expanduser(cfg.key) if cfg.key else None,
+                allow_agent=cfg.key is None, look_for_keys=False, timeout=cfg.connect_timeout_s,
+                banner_timeout=cfg.connect_timeout_s, auth_timeout=cfg.connect_timeout_s,
+            )
+        except paramiko.BadHostKeyException as exc:
+            client.close()
+            raise HostKeyRejected(
+                f"{self._where()}: host key CHANGED: known_hosts has {fingerprint(exc.expected_key)}, the host "
+                f"offered {fingerprint(exc.key)}; refusing to connect",
+                fix=f"if {cfg.address} was reinstalled, verify its new key out of band and replace its line in {known}",
+            ) from None
+        except _UnknownHostKey as exc:
+            client.close()
+            raise HostKeyRejected(
+                f"{self._where()}: unknown host key {fingerprint(exc.key)} ({exc.key.get_name()}) for {exc.hostname}: "
+                f"not in {known}; refusing to connect",
+                fix=f"check the fingerprint on the host, then: ssh-keyscan -p {cfg.port} {cfg.address} >> {known} "
+                f"(or set trust_new_host_key: true for host {cfg.id!r})",
+            ) from None
+        except paramiko.AuthenticationException as exc:
+            client.close()
+            raise AuthRefused(
+                f"{self._where()}: authentication refused: {exc}",
+                fix=f"check user {cfg.user!r} and key {cfg.key or '(ssh agent)'}; install the public key on the host",
+            ) from None
+        except (OSError, paramiko.SSHException, EOFError) as exc:
+            client.close()
+            raise Unreachable(f"{self._where()}: cannot connect: {exc or type(exc).__name__}",
+                              fix="check the address, the port and that sshd runs") from None
+        transport = client.get_transport()
+        assert transport is not None
+        if cfg.keepalive_s:
+            transport.set_keepalive(int(cfg.keepalive_s))
+        return client
+
+    def _alive(self) -> bool:
+        t = self._client.get_transport() if self._client else None
+        return t is not None and t.is_active()
+
+    async def _ensure(self) -> paramiko.SSHClient:
+        """Connect, or reconnect once if the connection dropped."""
+        async with self._lock:
+            if not self._alive():
+                if self._client is not None:
+                    self._client.close()
+                self._client = await asyncio.to_thread(self._connect_sync)
+            assert self._client is not None
+            return self._client
+
+    async def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    # -- commands ----------------------------------------------------------------------------
+    async def home(self) -> str:
+        if self._home is None:
+            res = await self.run(["sh", "-c", 'printf %s "$HOME"'], timeout=30)
+            if not res.ok or not res.stdout.startswith("/"):
+                raise ConnectionLost(f"{self._where()}: cannot read $HOME: {res.stderr.strip()}")
+            self._home = res.stdout
+        return self._home
+
+    async def expand(self, path: str) -> str:
+        if path == "~" or path.startswith("~/"):
+            return (await self.home()) + path[1:]
+        return path
+
+    async def run(
+        self, argv: Sequence[str], *, timeout: float, cwd: str | None = None, on_line: LineSink | None = None
+    ) -> CommandResult:
+        if not argv:
+            raise ValueError("empty command")
+        client = await self._ensure()
+        script = f'echo "{PID_TAG}$$"; ' + (f"cd {shlex.quote(cwd)} || exit 126; " if cwd else "") + 'exec "$@"'
+        command = " ".join(["sh", "-c", shlex.quote(script), "orch", *(shlex.quote(a) for a in argv)])
+        loop = asyncio.get_running_loop()
+
+        def emit(line: str) -> None:
+            if on_line is not None:
+                loop.call_soon_threadsafe(on_line, line)
+
+        return await asyncio.to_thread(self._exec_sync, client, command, timeout, emit)
+
+    def _exec_sync(self, client: paramiko.SSHClient, command: str, timeout: float, emit: LineSink) -> CommandResult:
+        transport = client.get_transport()
+        if transport is None or not transport.is_active():
+            raise ConnectionLost(f"{self._where()}: connection dropped")
+        try:
+            chan = transport.open_session(timeout=self.cfg.connect_timeout_s)
+            chan.exec_command(command)
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            raise ConnectionLost(f"{self._where()}: connection dropped: {exc}") from None
+        deadline = time.monotonic() + timeout
+        out, err, pending, pid = [], [], b"", None
+        try:
+            while True:
+                if chan.recv_ready():
+                    pending += chan.recv(65536)
+                    *lines, pending = pending.split(b"\n")
+                    for raw in lines:
+                        line = raw.decode("utf-8", "replace")
+                        if pid is None and line.startswith(PID_TAG):
+                            pid = int(line[len(PID_TAG):])
+                            continue
+                        out.append(line + "\n")
+                        emit(line)
+                if chan.recv_stderr_ready():
+                    err.append(chan.recv_stderr(65536))
+                if chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
+                    break
+                if not transport.is_active():
+                    raise ConnectionLost(f"{self._where()}: connection dropped mid-command")
+                if time.monotonic() > deadline:
+                    self._kill_sync(transport, pid)
+                    return CommandResult(None, "".join(out), b"".join(err).decode("utf-8", "replace"), True)
+                select.select([chan], [], [], 0.05)
+        except (TimeoutError, OSError, EOFError, paramiko.SSHException) as exc:
+            raise ConnectionLost(f"{self._where()}: connection dropped mid-command: {exc}") from None
+        finally:
+            chan.close()
+        status = chan.recv_exit_status()
+        if status == -1 or not transport.is_active():  # the channel closed without an exit status
+            raise ConnectionLost(f"{self._where()}: connection dropped mid-command")
+        if pending:
+            out.append(pending.decode("utf-8", "replace"))
+            emit(pending.decode("utf-8", "replace"))
+        return CommandResult(status, "".join(out), b"".join(err).decode("utf-8", "replace"))
+
+    def _kill_sync(self, transport: paramiko.Transport, pid: int | None) -> None:
+        """Kill the command and its children on the host; closing the channel alone would not."""
+        if pid is None:
+            return
+        chan = transport.open_session(timeout=self.cfg.connect_timeout_s)
+        try:
+            chan.exec_command(f"pkill -KILL -P {pid}; kill -KILL {pid}")
+            chan.recv_exit_status()
+        finally:
+            chan.close()
+
+    # -- files -------------------------------------------------------------------------------
+    async def _sftp(self) -> paramiko.SFTPClient:
+        client = await self._ensure()
+        return await asyncio.to_thread(client.open_sftp)
+
+    async def put(self, local: Path, remote: str) -> None:
+        remote = await self.expand(remote)
+        parent = remote.rsplit("/", 1)[0] or "/"
+        mk = await self.run(["mkdir", "-p", parent], timeout=30)
+        if not mk.ok:
+            raise ConnectionLost(f"{self._where()}: mkdir {parent}: {mk.stderr.strip()}")
+        sftp = await self._sftp()
+        try:
+            await asyncio.to_thread(sftp.put, str(local), remote + ".part")
+            await asyncio.to_thread(sftp.posix_rename, remote + ".part", remote)
+        except (OSError, paramiko.SSHException, EOFError) as exc:
+            raise ConnectionLost(f"{self._where()}: put {remote}: {exc}") from None
+        finally:
+            sftp.close()
+
+    async def get(self, remote: str, local: Path) -> None:
+        remote = await self.expand(remote)
+        sftp = await self._sftp()
+        try:
+            await asyncio.to_thread(sftp.get, remote, str(local))
+        except FileNotFoundError:
+            raise
+        except (OSError, paramiko.SSHException, EOFError) as exc:
+            raise ConnectionLost(f"{self._where()}: get {remote}: {exc}") from None
+        finally:
+            sftp.close()
+
+    async def exists(self, remote: str) -> bool:
+        remote = await self.expand(remote)
+        sftp = await self._sftp()
+        try:
+            await asyncio.to_thread(sftp.stat, remote)
+            return True
+        except FileNotFoundError:
+            return False
+        finally:
+            sftp.close()
