@@ -9,11 +9,16 @@ final class PreparedInput {
     let maxColumns: Int
     let length: Int
     let blocks: Int
-    /// `maxColumns * blocks * 2` vectors: per block, two 16-lane halves.
+    /// Q8_0 layout: `blocks * 2` vectors per column (even, odd elements of each block).
     let q8: UnsafeMutablePointer<SIMD16<Int16>>
+    /// Q4_0 layout: `pairs * 5` vectors per column, see `Q4_0Kernel`.
     let q4: UnsafeMutablePointer<SIMD16<Int16>>
-    /// `maxColumns * blocks` block scales.
+    /// `scaleStride` block scales per column (zero past the last block).
     let scales: UnsafeMutablePointer<Float>
+    let pairs: Int
+    let scaleStride: Int
+    var q8Stride: Int { blocks * 2 }
+    var q4Stride: Int { pairs * 5 }
     /// The float columns themselves (for F32 weights), `length` apart.
     private(set) var floats: UnsafePointer<Float>
     private(set) var columns = 0
@@ -23,9 +28,13 @@ final class PreparedInput {
         self.length = length
         self.maxColumns = maxColumns
         blocks = length / 32
+        pairs = (blocks + 1) / 2
+        scaleStride = pairs * 2
         q8 = .allocate(capacity: maxColumns * blocks * 2)
-        q4 = .allocate(capacity: maxColumns * blocks * 2)
-        scales = .allocate(capacity: maxColumns * blocks)
+        q4 = .allocate(capacity: maxColumns * pairs * 5)
+        q4.initialize(repeating: SIMD16(), count: maxColumns * pairs * 5)
+        scales = .allocate(capacity: maxColumns * scaleStride)
+        scales.initialize(repeating: 0, count: maxColumns * scaleStride)
         floats = UnsafePointer(scales)
     }
 
@@ -50,7 +59,7 @@ final class PreparedInput {
                 let d = amax / 127
                 let id: Float = d != 0 ? 1 / d : 0
                 for i in 0..<32 { q[i] = Int8((src[i] * id).rounded(.toNearestOrAwayFromZero)) }
-                scales[c * blocks + b] = d
+                scales[c * scaleStride + b] = d
                 let v = c * blocks * 2 + b * 2
                 if q8 {
                     var even = SIMD16<Int16>(), odd = SIMD16<Int16>()
@@ -62,15 +71,18 @@ final class PreparedInput {
                     self.q8[v + 1] = odd
                 }
                 if q4 {
-                    var first = SIMD16<Int16>(), second = SIMD16<Int16>()
+                    // Lanes 0-7 for an even block, 8-15 for an odd one.
+                    let g = c * pairs * 5 + (b / 2) * 5
+                    let lane = (b % 2) * 8
                     for i in 0..<8 {
-                        first[i] = Int16(q[2 * i])
-                        first[i + 8] = Int16(q[16 + 2 * i])
-                        second[i] = Int16(q[2 * i + 1])
-                        second[i + 8] = Int16(q[17 + 2 * i])
+                        let e = Int16(q[2 * i]), e16 = Int16(q[16 + 2 * i])
+                        let o = Int16(q[2 * i + 1]), o16 = Int16(q[17 + 2 * i])
+                        self.q4[g][lane + i] = e
+                        self.q4[g + 1][lane + i] = e16
+                        self.q4[g + 2][lane + i] = o
+                        self.q4[g + 3][lane + i] = o16
+                        self.q4[g + 4][lane + i] = -8 * (e + e16 + o + o16)
                     }
-                    self.q4[v] = first
-                    self.q4[v + 1] = second
                 }
             }
         }

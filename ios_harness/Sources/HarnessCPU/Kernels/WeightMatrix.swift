@@ -34,24 +34,35 @@ struct WeightMatrix {
         let columns = input.columns
         let nb = input.blocks
         switch type {
-        case .q8_0, .q4_0:
-            let x = UnsafePointer(type == .q8_0 ? input.q8 : input.q4)
-            let xd = UnsafePointer(input.scales)
-            let four = type == .q8_0 ? Q8_0Kernel.dot4 : Q4_0Kernel.dot4
-            let one = type == .q8_0 ? Q8_0Kernel.dot1 : Q4_0Kernel.dot1
+        case .q8_0:
+            let x = UnsafePointer(input.q8), xd = UnsafePointer(input.scales)
+            let xs = input.q8Stride, ds = input.scaleStride
             for r in range {
                 let row = data + r &* rowBytes
                 var c = 0
                 while c &+ 4 <= columns {
-                    let (v0, v1, v2, v3) = four(row, nb, x + c &* nb &* 2, nb &* 2, xd + c &* nb, nb)
-                    out[c &* outStride &+ r] = v0
-                    out[(c &+ 1) &* outStride &+ r] = v1
-                    out[(c &+ 2) &* outStride &+ r] = v2
-                    out[(c &+ 3) &* outStride &+ r] = v3
+                    let v = Q8_0Kernel.dot4(row, blocks: nb, x: x + c &* xs, colStride: xs, xd: xd + c &* ds, scaleStride: ds)
+                    store(v, out, c, outStride, r)
                     c &+= 4
                 }
                 while c < columns {
-                    out[c &* outStride &+ r] = one(row, nb, x + c &* nb &* 2, xd + c &* nb)
+                    out[c &* outStride &+ r] = Q8_0Kernel.dot1(row, blocks: nb, x: x + c &* xs, xd: xd + c &* ds)
+                    c &+= 1
+                }
+            }
+        case .q4_0:
+            let x = UnsafePointer(input.q4), xd = UnsafePointer(input.scales)
+            let xs = input.q4Stride, ds = input.scaleStride
+            for r in range {
+                let row = data + r &* rowBytes
+                var c = 0
+                while c &+ 4 <= columns {
+                    let v = Q4_0Kernel.dot4(row, blocks: nb, x: x + c &* xs, colStride: xs, xd: xd + c &* ds, scaleStride: ds)
+                    store(v, out, c, outStride, r)
+                    c &+= 4
+                }
+                while c < columns {
+                    out[c &* outStride &+ r] = Q4_0Kernel.dot1(row, blocks: nb, x: x + c &* xs, xd: xd + c &* ds)
                     c &+= 1
                 }
             }
@@ -65,6 +76,14 @@ struct WeightMatrix {
         case .f16:
             fatalError("F16 matrices are rejected at load")
         }
+    }
+
+    @inline(__always)
+    private func store(_ v: (Float, Float, Float, Float), _ out: UnsafeMutablePointer<Float>, _ c: Int, _ stride: Int, _ r: Int) {
+        out[c &* stride &+ r] = v.0
+        out[(c &+ 1) &* stride &+ r] = v.1
+        out[(c &+ 2) &* stride &+ r] = v.2
+        out[(c &+ 3) &* stride &+ r] = v.3
     }
 
     /// Row `r` as floats (the embedding lookup).
