@@ -21,7 +21,8 @@ def _tensors(path: Path) -> dict[str, tuple[np.ndarray, int]]:
     out = {}
     for t in reader.tensors:
         data = gguf.quants.dequantize(t.data, t.tensor_type)
-        out[t.name] = (np.asarray(data, dtype=np.float32).reshape(tuple(reversed([int(d) for d in t.shape]))), int(t.tensor_type))
+        shape = tuple(reversed([int(d) for d in t.shape]))
+        out[t.name] = (np.asarray(data, dtype=np.float32).reshape(shape), int(t.tensor_type))
     return out
 
 
@@ -39,7 +40,7 @@ def test_committed_fixtures_match_the_maker(tmp_path: Path) -> None:
     """The GGUF files the Swift tests use are exactly what the maker makes today."""
     for size in ("t1", "t2"):
         made = make_model("llama", size, 0, tmp_path / size, formats=("Q8_0", "Q4_0"))
-        for fmt, path in made.gguf.items():
+        for path in made.gguf.values():
             committed = FIXTURES / f"llama-{size}-s0" / path.name
             assert committed.read_bytes() == path.read_bytes(), f"{committed} is stale: regenerate it"
 

@@ -175,8 +175,16 @@ def _write_gguf(path: Path, size: Size, tensors: dict[str, np.ndarray], fmt: str
     import gguf
     from gguf import GGMLQuantizationType, LlamaFileType, quants
 
-    qtype = {"F32": GGMLQuantizationType.F32, "Q8_0": GGMLQuantizationType.Q8_0, "Q4_0": GGMLQuantizationType.Q4_0}[fmt]
-    file_type = {"F32": LlamaFileType.ALL_F32, "Q8_0": LlamaFileType.MOSTLY_Q8_0, "Q4_0": LlamaFileType.MOSTLY_Q4_0}[fmt]
+    qtype = {
+        "F32": GGMLQuantizationType.F32,
+        "Q8_0": GGMLQuantizationType.Q8_0,
+        "Q4_0": GGMLQuantizationType.Q4_0,
+    }[fmt]
+    file_type = {
+        "F32": LlamaFileType.ALL_F32,
+        "Q8_0": LlamaFileType.MOSTLY_Q8_0,
+        "Q4_0": LlamaFileType.MOSTLY_Q4_0,
+    }[fmt]
     tmp = path.with_suffix(path.suffix + ".tmp")
     writer = gguf.GGUFWriter(str(tmp), "llama")
     writer.add_name(name)
