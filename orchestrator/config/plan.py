@@ -75,6 +75,20 @@ class DecisionRule(Strict):
         return hashlib.sha256(canon.encode()).hexdigest()[:16]
 
 
+class NightlyAlarm(Strict):
+    """When `orch nightly` raises the alarm (candidate vs pinned reference, per device and config).
+
+    Either `consecutive_nights` nights in a row each with one-sided p < `consecutive_p` and a
+    slowdown >= `consecutive_slowdown`, or one night with p < `single_p` and slowdown >= `single_slowdown`.
+    """
+
+    consecutive_nights: int = Field(default=2, ge=1)
+    consecutive_p: float = Field(default=0.05, gt=0, lt=1)
+    consecutive_slowdown: float = Field(default=0.03, ge=0, lt=1)
+    single_p: float = Field(default=0.01, gt=0, lt=1)
+    single_slowdown: float = Field(default=0.10, ge=0, lt=1)
+
+
 class RetryPolicy(Strict):
     max_attempts: int = Field(default=3, ge=1)
     backoff_s: float = Field(default=30.0, ge=0)
@@ -95,6 +109,7 @@ class Plan(Strict):
     retry: RetryPolicy = RetryPolicy()
     devices: list[str] | None = Field(default=None, description="Device ids to use; default all")
     seed: int = 0
+    nightly: NightlyAlarm | None = Field(default=None, description="Alarm thresholds for `orch nightly`")
 
     @field_validator("arms")
     @classmethod

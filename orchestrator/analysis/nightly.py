@@ -1,0 +1,342 @@
+"""Nightly regression gate: tonight's candidate build against a pinned reference, per device and config.
+
+A *config* is one nightly plan (its name). Each night every trial is appended to the history
+dataset and the night's pre-committed comparison (candidate vs reference, the plan's decision rule)
+to the nights dataset, both hive-partitioned parquet under ``results/history/``:
+
+    history/trials/night=<night>/<run_id>.parquet    one row per trial
+    history/nights/night=<night>/<run_id>.parquet    one row per device: ratio, one-sided p, CI, ...
+
+The alarm rule (``Plan.nightly``, defaults from notes/statistics.md) reads the nights dataset; a
+change-point detector over each series (candidate/reference ratio and absolute tok/s, per-night
+medians from the trials dataset) is the second, slower signal.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from orchestrator.analysis.audit import chip_class, probe_gb_s
+from orchestrator.analysis.changepoint import detect
+from orchestrator.config.plan import NightlyAlarm, Plan
+from orchestrator.results.records import Manifest
+
+NIGHT = re.compile(r"^[0-9A-Za-z_.-]+$")
+ROLES = ("reference", "candidate")
+TRIAL_COLUMNS = [
+    "run_id", "config", "device", "chip_class", "model", "runtime", "arm", "role", "build", "block", "seq", "status",
+    "failure_kind", "decode_tok_s", "prefill_tok_s", "bytes_per_decode_token", "effective_gb_s", "thermal_before",
+    "thermal_after", "state_rose", "settle_waited_s", "probe_gb_s", "wall_start",
+]
+NIGHT_COLUMNS = [
+    "run_id", "config", "device", "chip_class", "reference_build", "candidate_build", "n_reference", "n_candidate",
+    "median_reference", "median_candidate", "ratio", "ci_low", "ci_high", "p_value", "p_one_sided_slower", "sigma",
+    "mde", "verdict",
+]
+
+
+class NightlyInputError(ValueError):
+    """Bad input for a nightly run (the CLI exits 2)."""
+
+
+def pin_builds(plan: Plan, reference: str, candidate: str) -> Plan:
+    """The plan with its first arm pinned to the reference build and its second to the candidate."""
+    if len(plan.arms) != 2:
+        raise NightlyInputError(
+            f"plan {plan.name!r}: a nightly plan has exactly 2 arms (reference, candidate); it has {len(plan.arms)}"
+        )
+    if plan.arms[0].runtime != plan.arms[1].runtime:
+        raise NightlyInputError(
+            f"plan {plan.name!r}: both arms must run the same runtime (got {plan.arms[0].runtime!r} and "
+            f"{plan.arms[1].runtime!r}): only the build differs"
+        )
+    ref, cand = plan.arms
+    arms = [ref.model_copy(update={"build": reference}), cand.model_copy(update={"build": candidate})]
+    return plan.model_copy(update={"arms": arms})
+
+
+def check_night(night: str) -> str:
+    if not NIGHT.match(night):
+        raise NightlyInputError(f"night {night!r}: use letters, digits, '.', '_' or '-' (e.g. 2026-11-29)")
+    return night
+
+
+def rule_of(plan: Plan) -> NightlyAlarm:
+    return plan.nightly or NightlyAlarm()
+
+
+# -- writing the history ---------------------------------------------------------------------------
+def history_rows(trials: pd.DataFrame, manifest: Manifest) -> pd.DataFrame:
+    """A run's trial rows in the history's shape (the arm's role, chip class, model, config)."""
+    plan = manifest.plan
+    roles = {plan.arms[0].name: "reference", plan.arms[1].name: "candidate"}
+    devices = sorted(trials["device"].unique())
+    chips = {d: chip_class(manifest, d) for d in devices}
+    probes = {d: probe_gb_s(manifest, d) for d in devices}
+    rows = trials.assign(
+        config=plan.name, model=plan.model, role=trials["arm"].map(roles), chip_class=trials["device"].map(chips),
+        probe_gb_s=trials["device"].map(lambda d: probes[d] if probes[d] is not None else np.nan),
+    )
+    return rows[TRIAL_COLUMNS].astype({"build": "string", "failure_kind": "string"})
+
+
+def night_rows(verdicts: pd.DataFrame, manifest: Manifest) -> pd.DataFrame:
+    """The night's comparisons (one per device), from the run's verdict table."""
+    plan = manifest.plan
+    ref, cand = plan.arms
+    mine = verdicts[(verdicts["baseline"] == ref.name) & (verdicts["candidate"] == cand.name)]
+    rows = mine.rename(columns={
+        "n_baseline": "n_reference", "n_candidate": "n_candidate",
+        "median_baseline": "median_reference", "median_candidate": "median_candidate",
+    }).assign(
+        run_id=manifest.run_id, config=plan.name, chip_class=mine["device"].map(lambda d: chip_class(manifest, d)),
+        reference_build=ref.build, candidate_build=cand.build,
+    )
+    return rows[NIGHT_COLUMNS]
+
+
+def append_history(history: Path, night: str, trials: pd.DataFrame, nights: pd.DataFrame) -> None:
+    """Add one run's rows under ``night=<night>/<run_id>.parquet`` (written to a temp name, then renamed)."""
+    for kind, frame in (("trials", trials), ("nights", nights)):
+        if not len(frame):
+            continue
+        run_id = str(frame["run_id"].iloc[0])
+        part = history / kind / f"night={check_night(night)}"
+        part.mkdir(parents=True, exist_ok=True)
+        tmp = part / f".{run_id}.parquet.tmp"
+        frame.to_parquet(tmp, index=False)
+        tmp.replace(part / f"{run_id}.parquet")
+
+
+def _read(history: Path, kind: str, columns: list[str] | None = None) -> pd.DataFrame:
+    root = history / kind
+    if not root.is_dir() or not any(root.glob("night=*/*.parquet")):
+        return pd.DataFrame(columns=[*(columns or []), "night"])
+    frame = pd.read_parquet(root, columns=[*columns, "night"] if columns else None)
+    frame["night"] = frame["night"].astype(str)
+    return frame
+
+
+def load_nights(history: Path) -> pd.DataFrame:
+    """Every night's comparison; a night run twice for a device and config keeps its latest run."""
+    nights = _read(history, "nights")
+    if not len(nights):
+        return nights
+    nights = nights.sort_values(["night", "run_id"], kind="stable")
+    return nights.drop_duplicates(["night", "config", "device"], keep="last").reset_index(drop=True)
+
+
+def load_history_trials(history: Path, columns: list[str] | None = None) -> pd.DataFrame:
+    return _read(history, "trials", columns)
+
+
+# -- the alarm rule ------------------------------------------------------------------------------------
+def alarms(nights: pd.DataFrame, rules: dict[str, NightlyAlarm]) -> pd.DataFrame:
+    """Per (config, device, night): status ``alarm`` / ``watch`` / ``ok`` and the reason.
+
+    ``watch``: tonight meets the consecutive-night condition but the streak is not long enough yet.
+    Nights without a comparison (no p-value) neither extend nor break a streak.
+    """
+    if not len(nights):
+        return nights.assign(slowdown=[], streak=[], status=[], reason=[])
+    default = NightlyAlarm()
+    out = nights.sort_values(["config", "device", "night"], kind="stable").reset_index(drop=True)
+    slow = 1 - out["ratio"].to_numpy(dtype=float)
+    p = out["p_one_sided_slower"].to_numpy(dtype=float)
+    r = {f: out["config"].map(lambda c, f=f: getattr(rules.get(c, default), f)).to_numpy(dtype=float)
+         for f in NightlyAlarm.model_fields}
+    valid = np.isfinite(p) & np.isfinite(slow)
+    hit = valid & (p < r["consecutive_p"]) & (slow >= r["consecutive_slowdown"])
+    single = valid & (p < r["single_p"]) & (slow >= r["single_slowdown"])
+    # Streak of hits per series, skipping nights without data: a run-length count over the valid rows.
+    series = (out["config"] + "\x00" + out["device"]).to_numpy()
+    streak = np.zeros(len(out), dtype=np.int64)
+    sv = pd.Series(hit[valid].astype(np.int64))
+    breaks = ((sv == 0) | pd.Series(series[valid]).ne(pd.Series(series[valid]).shift())).cumsum()
+    streak[valid] = sv.groupby(breaks.to_numpy()).cumsum().to_numpy()
+    alarm = single | (streak >= r["consecutive_nights"])
+    status = np.where(alarm, "alarm", np.where(hit, "watch", np.where(valid, "ok", "no data")))
+    reason = [
+        _reason(str(st), float(s), float(pp), int(k), rules.get(c, default))
+        for st, s, pp, k, c in zip(status, slow, p, streak, out["config"], strict=True)
+    ]
+    return out.assign(slowdown=slow, streak=streak, status=status, reason=reason)
+
+
+def _reason(status: str, slow: float, p: float, streak: int, rule: NightlyAlarm) -> str:
+    if status == "no data":
+        return "no comparison tonight"
+    what = f"slowdown {slow:+.1%}, one-sided p={p:.4f}"
+    if status == "alarm":
+        if p < rule.single_p and slow >= rule.single_slowdown:
+            return f"{what}: one night >= {rule.single_slowdown:.0%} with p < {rule.single_p:g}"
+        return (f"{what}: {streak} nights in a row with p < {rule.consecutive_p:g} and "
+                f">= {rule.consecutive_slowdown:.0%}")
+    if status == "watch":
+        return f"{what}: night {streak} of {rule.consecutive_nights} needed for an alarm"
+    return what
+
+
+# -- change points -------------------------------------------------------------------------------------
+def night_medians(trials: pd.DataFrame) -> pd.DataFrame:
+    """Per (config, device, night): median decode tok/s of each role and their ratio."""
+    ok = trials[(trials["status"] == "ok") & trials["decode_tok_s"].notna()]
+    med = ok.groupby(["config", "device", "night", "role"], observed=True, sort=True)["decode_tok_s"].median()
+    wide = med.unstack("role").reindex(columns=list(ROLES)).reset_index()
+    wide.columns.name = None
+    return wide.assign(ratio=wide["candidate"] / wide["reference"])
+
+
+def changepoints(medians: pd.DataFrame, *, alpha: float = 0.01, min_size: int = 3) -> pd.DataFrame:
+    """Change points of each series: the log ratio, and the candidate's log tok/s. One row per point."""
+    rows = []
+    for (config, device), g in medians.sort_values("night").groupby(["config", "device"], sort=True):
+        nights = g["night"].to_numpy()
+        for signal, values in (("ratio", g["ratio"]), ("candidate tok/s", g["candidate"])):
+            v = np.log(values.to_numpy(dtype=float))
+            ok = np.isfinite(v)
+            for k in detect(v[ok], alpha=alpha, min_size=min_size):
+                before, after = np.median(v[ok][:k]), np.median(v[ok][k:])
+                rows.append({"config": config, "device": device, "signal": signal, "night": nights[ok][k],
+                             "shift": float(np.exp(after - before) - 1)})
+    return pd.DataFrame(rows, columns=["config", "device", "signal", "night", "shift"])
+
+
+# -- what a CI reads -----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class NightSummary:
+    night: str
+    tonight: pd.DataFrame  # alarm rows for tonight (one per device x config)
+    changes: pd.DataFrame  # change points in the whole history of tonight's series
+    missing: list[tuple[str, str, str]]  # (config, device, why) planned tonight without a comparison
+
+    @property
+    def alarmed(self) -> bool:
+        return bool((self.tonight["status"] == "alarm").any())
+
+
+def summarize(history: Path, night: str, planned: Iterable[tuple[str, str]], rules: dict[str, NightlyAlarm],
+              why_missing: dict[tuple[str, str], str] | None = None) -> NightSummary:
+    """Tonight's verdict per planned (config, device), from the history (tonight already appended)."""
+    planned = list(planned)
+    table = alarms(load_nights(history), rules)
+    keys = set(planned)
+    in_series = table[[(c, d) in keys for c, d in zip(table["config"], table["device"], strict=True)]]
+    tonight = in_series[in_series["night"] == night].reset_index(drop=True)
+    have = set(zip(tonight["config"], tonight["device"], strict=True))
+    missing = [(c, d, (why_missing or {}).get((c, d), "no comparison")) for c, d in planned if (c, d) not in have]
+    trials = load_history_trials(history, ["config", "device", "role", "status", "decode_tok_s"])
+    trials = trials[[(c, d) in keys for c, d in zip(trials["config"], trials["device"], strict=True)]]
+    changes = changepoints(night_medians(trials)) if len(trials) else changepoints(pd.DataFrame(
+        columns=["config", "device", "night", "reference", "candidate", "ratio"]))
+    return NightSummary(night=night, tonight=tonight, changes=changes, missing=missing)
+
+
+def junit_xml(summary: NightSummary) -> str:
+    """One test case per device x config: failure on alarm, error when the night has no comparison."""
+    import xml.etree.ElementTree as ET
+
+    cases = []
+    for row in summary.tonight.to_dict("records"):
+        case = ET.Element("testcase", classname=f"nightly.{row['config']}", name=str(row["device"]), time="0")
+        detail = (f"{row['candidate_build']} vs {row['reference_build']} on {row['device']} ({row['chip_class']}): "
+                  f"ratio {row['ratio']:.4f} [{row['ci_low']:.4f}, {row['ci_high']:.4f}], "
+                  f"n {row['n_candidate']}/{row['n_reference']}; {row['reason']}")
+        if row["status"] == "alarm":
+            ET.SubElement(case, "failure", message=f"tok/s regression: {row['reason']}", type="alarm").text = detail
+        ET.SubElement(case, "system-out").text = f"{row['status']}: {detail}"
+        cases.append(case)
+    for config, device, why in summary.missing:
+        case = ET.Element("testcase", classname=f"nightly.{config}", name=device, time="0")
+        ET.SubElement(case, "error", message=why, type="no_data").text = why
+        cases.append(case)
+    failures = sum(1 for c in cases if c.find("failure") is not None)
+    errors = sum(1 for c in cases if c.find("error") is not None)
+    suite = ET.Element("testsuite", name=f"orch nightly {summary.night}", tests=str(len(cases)),
+                       failures=str(failures), errors=str(errors), skipped="0", time="0")
+    suite.extend(cases)
+    root = ET.Element("testsuites", tests=str(len(cases)), failures=str(failures), errors=str(errors))
+    root.append(suite)
+    ET.indent(root)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+
+
+def markdown(summary: NightSummary) -> str:
+    lines = [f"# Nightly {summary.night}: {'ALARM' if summary.alarmed else 'no alarm'}", ""]
+    lines += ["| config | device | chip | candidate vs reference | ratio [CI] | one-sided p | streak | status |",
+              "|---|---|---|---|---|---|---|---|"]
+    for r in summary.tonight.to_dict("records"):
+        lines.append(
+            f"| {r['config']} | {r['device']} | {r['chip_class']} | {r['candidate_build']} vs {r['reference_build']} "
+            f"| {r['ratio']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}] | {r['p_one_sided_slower']:.4f} "
+            f"| {r['streak']} | **{r['status']}** |"
+        )
+    for config, device, why in summary.missing:
+        lines.append(f"| {config} | {device} | | | | | | **no data**: {why} |")
+    lines.append("")
+    for r in summary.tonight[summary.tonight["status"] != "ok"].to_dict("records"):
+        lines.append(f"- {r['config']} / {r['device']}: {r['status']}: {r['reason']}")
+    lines += ["", "## Change points (the slower signal, whole history)", ""]
+    if len(summary.changes):
+        lines += ["| config | device | signal | from night | shift |", "|---|---|---|---|---|"]
+        lines += [f"| {r['config']} | {r['device']} | {r['signal']} | {r['night']} | {r['shift']:+.1%} |"
+                  for r in summary.changes.to_dict("records")]
+    else:
+        lines.append("none detected")
+    return "\n".join(lines) + "\n"
+
+
+@dataclass(frozen=True)
+class NightlyOutcome:
+    summary: NightSummary
+    run_ids: list[str]
+    junit_path: Path
+    summary_path: Path
+
+
+async def run_night(
+    fleet_path: Path, plan_paths: list[Path], *, reference: str, candidate: str, night: str, results: Path,
+    history: Path, junit: Path | None = None, summary_md: Path | None = None,
+) -> NightlyOutcome:
+    """Run each nightly plan (reference and candidate builds interleaved per device, through the run
+    machinery: manifest, journal, settle gate), append to the history, apply the rule, write the reports.
+
+    Raises ``ConfigError`` / ``NightlyInputError`` on bad input, before any trial.
+    """
+    from orchestrator import app as core
+    from orchestrator.results.store import stops
+
+    check_night(night)
+    if not plan_paths:
+        raise NightlyInputError("give at least one --plan")
+    loaded = [core.load_inputs(fleet_path, p) for p in plan_paths]
+    fleet = loaded[0][0]
+    plans = [pin_builds(plan, reference, candidate) for _, plan in loaded]
+    names = [p.name for p in plans]
+    if len(set(names)) != len(names):
+        raise NightlyInputError(f"nightly plans need distinct names (configs): {', '.join(names)}")
+    planned, why, run_ids = [], {}, []
+    for plan, path in zip(plans, plan_paths, strict=True):
+        run = core.start_run(core.new_manifest(fleet, plan, fleet_path, path), results)
+        outcome = await core.execute(run)
+        run_ids.append(run.run_id)
+        append_history(history, night, history_rows(outcome.trials, outcome.manifest),
+                       night_rows(outcome.verdicts, outcome.manifest))
+        ended = {d: s.reason for d, s in stops(run.records()).items()}
+        for s in outcome.manifest.sessions:
+            planned.append((plan.name, s.device))
+            why[(plan.name, s.device)] = f"session {ended.get(s.device, 'interrupted')} (run {run.run_id})"
+    summary = summarize(history, night, planned, {p.name: rule_of(p) for p in plans}, why)
+    out_dir = results / "nightly" / night
+    junit = junit or out_dir / "junit.xml"
+    summary_md = summary_md or out_dir / "summary.md"
+    for path, text in ((junit, junit_xml(summary)), (summary_md, markdown(summary))):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return NightlyOutcome(summary=summary, run_ids=run_ids, junit_path=junit, summary_path=summary_md)

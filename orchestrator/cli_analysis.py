@@ -1,0 +1,221 @@
+"""`orch audit | rank | nightly | export-tuning | report`: what the runs are for. Parse, call, print.
+
+Exit codes: 0 ok, 1 nightly alarm, 2 bad input.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+from collections.abc import Callable
+from datetime import UTC, datetime
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any, NoReturn
+
+import pandas as pd
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from orchestrator.config.loader import ConfigError
+from orchestrator.results.store import RunDir, RunNotFound, find_run
+
+out = Console(width=None if Console().is_terminal else 200)
+err = Console(stderr=True, width=None if Console().is_terminal else 200)
+
+Results = Annotated[Path, typer.Option("--results", help="Where runs live")]
+Ceilings = Annotated[Path, typer.Option("--ceilings", help="Bandwidth ceilings per chip class")]
+DEFAULT_CEILINGS = Path("configs/ceilings.yaml")
+
+
+class Format(StrEnum):
+    table = "table"
+    csv = "csv"
+    json = "json"
+
+
+def _bad_input(message: str) -> NoReturn:
+    err.print(message, markup=False, highlight=False)
+    raise typer.Exit(2)
+
+
+def _run(results: Path, run: str) -> RunDir:
+    """A run by id under --results, or by its directory."""
+    if (Path(run) / "manifest.json").is_file():
+        return RunDir(Path(run))
+    try:
+        return find_run(results, run)
+    except RunNotFound as exc:
+        _bad_input(str(exc))
+
+
+def _finished(run: RunDir) -> pd.DataFrame:
+    from orchestrator.results.store import load_trials
+
+    trials = load_trials(run.path)
+    if not (trials["status"] == "ok").any():
+        _bad_input(f"run {run.run_id} has no finished trials ({len(trials)} failed): nothing to analyse")
+    return trials
+
+
+def _f(x: Any, spec: str) -> str:
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
+
+
+def _table(title: str, frame: pd.DataFrame, cols: dict[str, str]) -> Table:
+    """A rich table of `frame`: header -> format spec ('' = str)."""
+    table = Table(title=title, title_justify="left")
+    for head, spec in cols.items():
+        table.add_column(head, justify="right" if spec else "left")
+    for row in frame.to_dict("records"):
+        table.add_row(*(_f(row[c], s) if s else str(row[c]) for c, s in cols.items()))
+    return table
+
+
+def _emit(frame: pd.DataFrame, fmt: Format, dest: Path | None, table: Table) -> None:
+    if fmt is Format.table:
+        out.print(table)
+        return
+    text = frame.to_csv(index=False) if fmt is Format.csv else json.dumps(
+        json.loads(frame.to_json(orient="records")), indent=2) + "\n"
+    if dest is None:
+        print(text, end="")
+    else:
+        dest.write_text(text)
+        err.print(f"wrote {dest}")
+
+
+def audit_cmd(
+    run: Annotated[str, typer.Argument(help="Run id (under --results) or run directory")],
+    results: Results = Path("results"),
+    ceilings: Ceilings = DEFAULT_CEILINGS,
+    fmt: Annotated[Format, typer.Option("--format")] = Format.table,
+    dest: Annotated[Path | None, typer.Option("--out", help="Write CSV/JSON here instead of stdout")] = None,
+) -> None:
+    """Effective GB/s vs the bandwidth ceiling per device and arm; the prefill view by chunk width."""
+    from orchestrator.analysis.audit import RULE, audit, prefill_view
+    from orchestrator.config.candidates import load_ceilings
+
+    run_dir = _run(results, run)
+    try:
+        table = load_ceilings(ceilings)
+    except ConfigError as exc:
+        _bad_input(str(exc))
+    trials, manifest = _finished(run_dir), run_dir.manifest()
+    frame = audit(trials, manifest, table, seed=manifest.seed)
+    if fmt is not Format.table:
+        _emit(frame, fmt, dest, Table())
+        return
+    out.print(f"[bold]Audit[/] of {run_dir.run_id} ({manifest.plan.model}): {RULE}", highlight=False)
+    view = frame.assign(
+        tok=[f"{r:.1f} [{lo:.1f}, {hi:.1f}]" for r, lo, hi in
+             zip(frame["decode_tok_s"], frame["decode_ci_low"], frame["decode_ci_high"], strict=True)],
+        eff=[f"{r:.1f} [{lo:.1f}, {hi:.1f}]" for r, lo, hi in
+             zip(frame["effective_gb_s"], frame["effective_ci_low"], frame["effective_ci_high"], strict=True)],
+        mb=frame["bytes_per_token"] / 1e6,
+    )
+    out.print(_table("Decode: effective bandwidth against the ceiling", view, {
+        "device": "", "chip_class": "", "arm": "", "n": "d", "tok": "", "mb": ".0f", "eff": "", "ceiling_gb_s": ".1f",
+        "ratio": ".0%", "ceiling_tok_s": ".1f", "reading": "",
+    }))
+    out.print("columns: tok = decode tok/s median [95% CI]; mb = MB read per token; eff = effective GB/s; "
+              "ceiling_tok_s = decode tok/s at the ceiling. Ceilings: "
+              + "; ".join(f"{c}: {s}" for c, s in sorted(set(zip(frame["chip_class"], frame["ceiling_source"],
+                                                                  strict=True)))), highlight=False)
+    pre = prefill_view(trials, manifest, table)
+    if len(pre):
+        pre = pre.assign(mb=pre["bytes_per_prefill_token"] / 1e6)
+        out.print(_table("Prefill: weights read once per M tokens (bound = ceiling x M / weight bytes)", pre, {
+            "device": "", "arm": "", "chunk_width": "d", "mb": ".1f", "bound_tok_s": ".0f", "prefill_tok_s": ".1f",
+            "regime": "",
+        }))
+
+
+def rank_cmd(
+    runs: Annotated[list[str] | None, typer.Argument(help="Run ids (under --results) or run directories")] = None,
+    candidates: Annotated[Path, typer.Option("--candidates", help="Candidate table")] = Path(
+        "configs/candidates.yaml"),
+    results: Results = Path("results"),
+    ceilings: Ceilings = DEFAULT_CEILINGS,
+    history: Annotated[Path | None, typer.Option("--history", help="Also join a nightly history dataset")] = None,
+    fmt: Annotated[Format, typer.Option("--format")] = Format.table,
+    dest: Annotated[Path | None, typer.Option("--out", help="Write CSV/JSON here instead of stdout")] = None,
+) -> None:
+    """Re-rank the candidate table with measured runs: measured vs expected, audit headroom, gates."""
+    from orchestrator.analysis.nightly import load_history_trials
+    from orchestrator.analysis.rank import OBS_COLUMNS, empty_observations, observations, rank
+    from orchestrator.config.candidates import load_candidates, load_ceilings
+
+    try:
+        table, ceil = load_candidates(candidates), load_ceilings(ceilings)
+    except ConfigError as exc:
+        _bad_input(str(exc))
+    frames = [empty_observations()]
+    for r in runs or []:
+        run_dir = _run(results, r)
+        frames.append(observations(_finished(run_dir), run_dir.manifest()))
+    if history is not None:
+        if not (history / "trials").is_dir():
+            _bad_input(f"no nightly history under {history} (expected {history}/trials/night=*/)")
+        frames.append(load_history_trials(history, OBS_COLUMNS))
+    obs = pd.concat([f for f in frames if len(f)], ignore_index=True) if any(len(f) for f in frames) else frames[0]
+    ranked = rank(table, obs, ceil)
+    _emit(ranked, fmt, dest, _table(f"Candidates ({candidates}; {len(runs or [])} run(s) joined)", ranked, {
+        "rank": "d", "seed_rank": "d", "target": "", "gate_status": "", "current_tok_s": ".1f", "current_source": "",
+        "expected_tok_s": ".1f", "gain": ".2f", "audit_ratio": ".0%", "audit_bound_tok_s": ".1f",
+        "audit_reading": "",
+    }))
+    if fmt is Format.table and table.non_candidates:
+        out.print("Non-candidates: " + "; ".join(f"{n.target}: {n.reason}" for n in table.non_candidates),
+                  highlight=False)
+
+
+def nightly_cmd(
+    fleet: Annotated[Path, typer.Option(help="Fleet file")],
+    plan: Annotated[list[Path], typer.Option(help="Nightly plan (repeat: one config each)")],
+    reference: Annotated[str, typer.Option(help="The pinned reference build")],
+    candidate: Annotated[str, typer.Option(help="Tonight's candidate build")],
+    night: Annotated[str | None, typer.Option(help="Night label (default: today, UTC)")] = None,
+    results: Results = Path("results"),
+    history: Annotated[Path | None, typer.Option(help="History dataset (default RESULTS/history)")] = None,
+    junit: Annotated[Path | None, typer.Option(help="JUnit XML (default RESULTS/nightly/NIGHT/junit.xml)")] = None,
+    summary: Annotated[Path | None, typer.Option(help="Markdown summary (default .../summary.md)")] = None,
+) -> None:
+    """Tonight's candidate vs the pinned reference, interleaved per device; exit 1 on a tok/s regression alarm."""
+    from orchestrator.analysis.nightly import NightlyInputError, run_night
+
+    night = night or datetime.now(UTC).strftime("%Y-%m-%d")
+    try:
+        outcome = asyncio.run(run_night(
+            fleet, plan, reference=reference, candidate=candidate, night=night, results=results,
+            history=history or results / "history", junit=junit, summary_md=summary,
+        ))
+    except (ConfigError, NightlyInputError) as exc:
+        _bad_input(str(exc))
+    s = outcome.summary
+    tonight = s.tonight.assign(builds=s.tonight["candidate_build"] + " vs " + s.tonight["reference_build"])
+    out.print(_table(f"Nightly {night}: runs {', '.join(outcome.run_ids)}", tonight, {
+        "config": "", "device": "", "builds": "", "ratio": ".3f", "ci_low": ".3f", "ci_high": ".3f",
+        "p_one_sided_slower": ".4f", "streak": "d", "status": "", "reason": "",
+    }))
+    for config, device, why in s.missing:
+        out.print(f"[yellow]no data[/] {config} / {device}: {why}")
+    for r in s.changes.to_dict("records"):
+        out.print(f"change point: {r['config']} / {r['device']} {r['signal']} from {r['night']} ({r['shift']:+.1%})")
+    out.print(f"junit: {outcome.junit_path}  summary: {outcome.summary_path}")
+    if s.alarmed:
+        err.print("ALARM: tok/s regression (see above)")
+        raise typer.Exit(1)
+
+
+COMMANDS: dict[str, Callable[..., None]] = {"audit": audit_cmd, "rank": rank_cmd, "nightly": nightly_cmd}
+
+
+def register(app: typer.Typer) -> None:
+    """Add the analysis commands to `orch` (idempotent)."""
+    have = {c.name for c in app.registered_commands}
+    for name, fn in COMMANDS.items():
+        if name not in have:
+            app.command(name)(fn)
