@@ -149,10 +149,8 @@ public final class RawLoopCPU: Engine {
                     let i = item / c.heads, h = item % c.heads
                     let off = (h / group) * hd
                     Ops.attend(
-                        q: b.q + i * dim + h * hd,
-                        keys: { UnsafePointer(kvc.key(li, $0) + off) },
-                        values: { UnsafePointer(kvc.value(li, $0) + off) },
-                        pos: p0 + i, headDim: hd, scores: scratch, out: b.att + i * dim + h * hd)
+                        q: b.q + i * dim + h * hd, keys: kvc.key(li, 0) + off, values: kvc.value(li, 0) + off,
+                        stride: kvDim, pos: p0 + i, headDim: hd, scores: scratch, out: b.att + i * dim + h * hd)
                 }
             }
             b.prepDim.prepare(b.att, count: m, q8: needQ8, q4: needQ4)

@@ -41,39 +41,86 @@ enum Ops {
     }
 
     /// One head of causal attention for the query at `pos`: softmax(q.K / sqrt(d)) V over
-    /// positions 0...pos. `scores` needs pos + 1 floats.
+    /// positions 0...pos, keys and values `stride` floats apart from `keys` / `values`.
+    /// `scores` needs pos + 1 floats. Scores go four positions at a time and the weighted sum of
+    /// values 32 outputs at a time (independent dependency chains); each score and each output
+    /// keeps one fixed order, so results do not depend on `pos` grouping or chunk width.
     @inline(__always)
     static func attend(
-        q: UnsafePointer<Float>, keys: (Int) -> UnsafePointer<Float>, values: (Int) -> UnsafePointer<Float>,
-        pos: Int, headDim: Int, scores: UnsafeMutablePointer<Float>, out: UnsafeMutablePointer<Float>
+        q: UnsafePointer<Float>, keys: UnsafePointer<Float>, values: UnsafePointer<Float>, stride: Int,
+        pos: Int, headDim hd: Int, scores: UnsafeMutablePointer<Float>, out: UnsafeMutablePointer<Float>
     ) {
-        let scale = 1 / Float(headDim).squareRoot()
-        var best = -Float.infinity
-        for t in 0...pos {
-            let s = dot(q, keys(t), count: headDim) * scale
-            scores[t] = s
-            best = max(best, s)
+        let scale = 1 / Float(hd).squareRoot()
+        let n = pos &+ 1
+        var t = 0
+        while t &+ 4 <= n {
+            let (s0, s1, s2, s3) = dot4(q, keys + t &* stride, stride, count: hd)
+            scores[t] = s0 * scale
+            scores[t &+ 1] = s1 * scale
+            scores[t &+ 2] = s2 * scale
+            scores[t &+ 3] = s3 * scale
+            t &+= 4
         }
+        while t < n {
+            scores[t] = dot(q, keys + t &* stride, count: hd) * scale
+            t &+= 1
+        }
+        var best = -Float.infinity
+        for t in 0..<n { best = max(best, scores[t]) }
         var total: Float = 0
-        for t in 0...pos {
+        for t in 0..<n {
             let e = Foundation.exp(scores[t] - best)
             scores[t] = e
             total += e
         }
         let inv = 1 / total
+        for t in 0..<n { scores[t] *= inv }
         let o = UnsafeMutableRawPointer(out)
-        for i in stride(from: 0, to: headDim, by: 8) {
-            o.storeBytes(of: SIMD8<Float>(), toByteOffset: i * 4, as: SIMD8<Float>.self)
-        }
-        for t in 0...pos {
-            let w = SIMD8<Float>(repeating: scores[t] * inv)
-            let v = UnsafeRawPointer(values(t))
-            for i in stride(from: 0, to: headDim, by: 8) {
-                let cur = o.loadUnaligned(fromByteOffset: i &* 4, as: SIMD8<Float>.self)
-                o.storeBytes(of: cur + w * v.loadUnaligned(fromByteOffset: i &* 4, as: SIMD8<Float>.self),
-                             toByteOffset: i &* 4, as: SIMD8<Float>.self)
+        var i = 0
+        while i &+ 32 <= hd {
+            var a0 = SIMD8<Float>(), a1 = SIMD8<Float>(), a2 = SIMD8<Float>(), a3 = SIMD8<Float>()
+            var v = UnsafeRawPointer(values + i)
+            for t in 0..<n {
+                let w = SIMD8<Float>(repeating: scores[t])
+                a0 += w * v.loadUnaligned(as: SIMD8<Float>.self)
+                a1 += w * v.loadUnaligned(fromByteOffset: 32, as: SIMD8<Float>.self)
+                a2 += w * v.loadUnaligned(fromByteOffset: 64, as: SIMD8<Float>.self)
+                a3 += w * v.loadUnaligned(fromByteOffset: 96, as: SIMD8<Float>.self)
+                v += stride &* 4
             }
+            o.storeBytes(of: a0, toByteOffset: i &* 4, as: SIMD8<Float>.self)
+            o.storeBytes(of: a1, toByteOffset: (i &+ 8) &* 4, as: SIMD8<Float>.self)
+            o.storeBytes(of: a2, toByteOffset: (i &+ 16) &* 4, as: SIMD8<Float>.self)
+            o.storeBytes(of: a3, toByteOffset: (i &+ 24) &* 4, as: SIMD8<Float>.self)
+            i &+= 32
         }
+        while i < hd {
+            var a0 = SIMD8<Float>()
+            var v = UnsafeRawPointer(values + i)
+            for t in 0..<n {
+                a0 += SIMD8<Float>(repeating: scores[t]) * v.loadUnaligned(as: SIMD8<Float>.self)
+                v += stride &* 4
+            }
+            o.storeBytes(of: a0, toByteOffset: i &* 4, as: SIMD8<Float>.self)
+            i &+= 8
+        }
+    }
+
+    /// `dot` of `q` with four vectors `stride` floats apart, each in `dot`'s exact order.
+    @inline(__always)
+    static func dot4(_ q: UnsafePointer<Float>, _ k: UnsafePointer<Float>, _ stride: Int, count n: Int)
+        -> (Float, Float, Float, Float) {
+        var a0 = SIMD8<Float>(), a1 = SIMD8<Float>(), a2 = SIMD8<Float>(), a3 = SIMD8<Float>()
+        let qv = UnsafeRawPointer(q), k0 = UnsafeRawPointer(k)
+        let k1 = k0 + stride &* 4, k2 = k1 + stride &* 4, k3 = k2 + stride &* 4
+        for i in Swift.stride(from: 0, to: n, by: 8) {
+            let x = qv.loadUnaligned(fromByteOffset: i &* 4, as: SIMD8<Float>.self)
+            a0 += x * k0.loadUnaligned(fromByteOffset: i &* 4, as: SIMD8<Float>.self)
+            a1 += x * k1.loadUnaligned(fromByteOffset: i &* 4, as: SIMD8<Float>.self)
+            a2 += x * k2.loadUnaligned(fromByteOffset: i &* 4, as: SIMD8<Float>.self)
+            a3 += x * k3.loadUnaligned(fromByteOffset: i &* 4, as: SIMD8<Float>.self)
+        }
+        return (a0.sum(), a1.sum(), a2.sum(), a3.sum())
     }
 
     @inline(__always)
