@@ -119,5 +119,13 @@ def schema(out_dir: Annotated[Path, typer.Option("--out", help="Directory for th
         out.print(f"wrote {path}")
 
 
+@app.command()
+def agent() -> None:
+    """Serve this host's devices to a controller: JSON lines on stdin/stdout (started over SSH)."""
+    from orchestrator.agent import main as serve
+
+    raise typer.Exit(serve())
+
+
 def main() -> None:
     app()

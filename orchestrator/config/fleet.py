@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
@@ -28,6 +29,7 @@ class SshHost(Strict):
     trust_new_host_key: bool = Field(default=False, description="Explicit opt-in to accept an unknown key")
     connect_timeout_s: float = Field(default=10.0, gt=0)
     keepalive_s: float = Field(default=15.0, ge=0)
+    orch_command: str = Field(default="orch", description="How to start orch on this host (for `orch agent`)")
 
 
 Host = Annotated[LocalHost | SshHost, Field(discriminator="kind")]
@@ -40,18 +42,50 @@ class HostDeviceConfig(Strict):
     kind: Literal["host"]
     host: str = "local"
     harness: str | None = Field(default=None, description="Prebuilt harness binary to push; else build")
+    source: str | None = Field(default=None, description="Harness package to build locally (default: the repo's)")
     workdir: str = "~/.cache/orch/work"
     chip_class: str | None = None
+    via: Literal["direct", "agent"] = Field(default="direct", description="agent: through `orch agent` on the host")
+
+
+BUNDLE_ID = r"^[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)+$"
 
 
 class IphoneDeviceConfig(Strict):
+    """An iPhone on USB, driven through pymobiledevice3 (``orchestrator.devices.iphone``)."""
+
     id: str = ID
     kind: Literal["iphone"]
-    udid: str
+    udid: str = Field(pattern=r"^[A-Za-z0-9-]+$")
     host: str = "local"
-    tunnel: Literal["userspace", "tunneld"] = "userspace"
-    tunneld_address: str | None = None
-    bundle_id: str = "dev.orch.harness"
+    tunnel: Literal["userspace", "tunneld"] = Field(
+        default="userspace", description="iOS 17+ developer services: in-process userspace tunnel, or a root tunneld"
+    )
+    tunneld_address: str | None = Field(default=None, description="host:port of tunneld; default 127.0.0.1:49151")
+    usbmux_address: str | None = Field(default=None, description="usbmuxd socket; default the system's")
+    bundle_id: str = Field(default="dev.orch.harness", pattern=BUNDLE_ID)
+    process_name: str = Field(
+        default="HarnessApp", pattern=r"^[A-Za-z0-9_.-]+$", description="Executable name, for crash reports"
+    )
+    ipa: str | None = Field(default=None, description="Harness .ipa (or .app dir) that prepare installs")
+    competitor_apps: dict[str, str] = Field(default_factory=dict, description="bundle id -> .ipa to install")
+    engine_apps: dict[str, str] = Field(
+        default_factory=dict, description="engine -> bundle id of the app that runs it; default the harness app"
+    )
+    documents_only: bool = Field(default=False, description="house_arrest VendDocuments instead of VendContainer")
+    thermal_probe: bool = Field(default=False, description="telemetry launches the app with --probe thermal")
+    thermal_max_age_s: float = Field(default=120.0, ge=0, description="Use the last result's thermal state this long")
+    connect_timeout_s: float = Field(default=20.0, gt=0)
+    call_timeout_s: float = Field(default=30.0, gt=0, description="Any one device call")
+    install_timeout_s: float = Field(default=900.0, gt=0)
+    poll_s: float = Field(default=0.5, gt=0, description="Result/process poll interval during a trial")
+
+    @model_validator(mode="after")
+    def _apps(self) -> IphoneDeviceConfig:
+        for bundle in [*self.competitor_apps, *self.engine_apps.values()]:
+            if not re.match(BUNDLE_ID, bundle):
+                raise ValueError(f"not a bundle id: {bundle!r}")
+        return self
 
 
 Device = Annotated[SimDeviceConfig | HostDeviceConfig | IphoneDeviceConfig, Field(discriminator="kind")]

@@ -40,6 +40,7 @@ class SettlePolicy(Strict):
     idle_baseline_c: float | None = Field(default=None, description="Else the session's lowest reading")
     charging: Literal["any", "required", "forbidden"] = "any"
     allow_low_power: bool = False
+    max_load_1m: float | None = Field(default=None, ge=0, description="Hosts: wait while other work loads the CPU")
 
 
 class SequentialLooks(Strict):

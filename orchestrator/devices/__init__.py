@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from orchestrator.clock import Clock, VirtualClock
-from orchestrator.config.fleet import Fleet
+import shlex
+import sys
+
+from orchestrator.clock import Clock, SystemClock, VirtualClock
+from orchestrator.config.fleet import Fleet, HostDeviceConfig, LocalHost, SshHost
 from orchestrator.config.sim import SimDeviceConfig
 from orchestrator.devices.base import (
     Artifacts,
@@ -16,6 +19,8 @@ from orchestrator.devices.base import (
     result_or_failure,
 )
 from orchestrator.devices.fake import FakeDevice
+from orchestrator.devices.runners import LocalRunner, Runner
+from orchestrator.devices.ssh import SshRunner
 
 __all__ = [
     "AVAILABLE_KINDS",
@@ -31,11 +36,19 @@ __all__ = [
     "result_or_failure",
 ]
 
-AVAILABLE_KINDS = ("sim",)
+AVAILABLE_KINDS = ("sim", "host")
 
 
 class BackendUnavailable(Exception):
     pass
+
+
+def runner_for(fleet: Fleet, host_id: str) -> Runner:
+    """Where a device's commands run: this machine, or a fleet host over SSH."""
+    host = next((h for h in fleet.hosts if h.id == host_id), None)
+    if host is None or isinstance(host, LocalHost):
+        return LocalRunner()
+    return SshRunner(host)
 
 
 def open_device(fleet: Fleet, device_id: str, *, stream: int = 0) -> tuple[Device, Clock]:
@@ -46,4 +59,16 @@ def open_device(fleet: Fleet, device_id: str, *, stream: int = 0) -> tuple[Devic
 
         clock = VirtualClock()
         return SimDevice(cfg, clock, stream=stream), clock
+    host = next((h for h in fleet.hosts if h.id == cfg.host), None)
+    remote_iphone = isinstance(host, SshHost) and cfg.kind == "iphone"
+    if (isinstance(cfg, HostDeviceConfig) and cfg.via == "agent") or remote_iphone:
+        from orchestrator.devices.agent import AgentDevice
+
+        if isinstance(host, SshHost):
+            return AgentDevice(cfg, SshRunner(host), shlex.split(host.orch_command)), SystemClock()
+        return AgentDevice(cfg, LocalRunner(), [sys.executable, "-m", "orchestrator"]), SystemClock()
+    if isinstance(cfg, HostDeviceConfig):
+        from orchestrator.devices.host import HostDevice
+
+        return HostDevice(cfg, runner_for(fleet, cfg.host)), SystemClock()
     raise BackendUnavailable(f"device {device_id!r}: kind {cfg.kind!r}: backend not available yet")

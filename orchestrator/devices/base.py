@@ -34,9 +34,15 @@ class Telemetry(_Record):
     t: float = Field(description="Device clock, seconds")
     thermal_state: ThermalState | None
     battery_c: float | None = None
+    cpu_c: float | None = Field(default=None, description="Hottest CPU/SoC sensor (hosts)")
+    load_1m: float | None = Field(default=None, description="1-minute load average (hosts)")
     charging: bool | None = None
     low_power: bool | None = None
     unavailable: list[str] = Field(default_factory=list)
+
+    def temperature(self) -> float | None:
+        """The reading the settle gate tracks: the battery on phones, the CPU sensor on hosts."""
+        return self.battery_c if self.battery_c is not None else self.cpu_c
 
 
 class TrialFailure(_Record):

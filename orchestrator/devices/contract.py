@@ -24,10 +24,11 @@ async def check_device_contract(device: Device, *, engine: str, model: str, time
     assert isinstance(info, DeviceInfo), "info() must return DeviceInfo"
     assert info.id == device.id, f"info().id {info.id!r} != device.id {device.id!r}"
 
-    first = await device.prepare(Artifacts(harness_sha256="0" * 64))
-    again = await device.prepare(Artifacts(harness_sha256="0" * 64))
+    first = await device.prepare(Artifacts())
+    again = await device.prepare(Artifacts())
     assert isinstance(first, PrepareReport) and isinstance(again, PrepareReport)
-    assert again.skipped, "prepare() with the installed hash must skip the install"
+    assert again.skipped, "a second prepare() of the same harness must skip the install"
+    assert again.installed == first.installed
 
     reading = await device.telemetry()
     assert isinstance(reading, Telemetry), "telemetry() must return Telemetry"

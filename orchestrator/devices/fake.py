@@ -26,8 +26,9 @@ class FakeDevice(Device):
         )
 
     async def prepare(self, artifacts: Artifacts) -> PrepareReport:
-        skipped = artifacts.harness_sha256 is not None and artifacts.harness_sha256 == self.installed
-        self.installed = artifacts.harness_sha256
+        wanted = artifacts.harness_sha256 or "fake-harness"
+        skipped = wanted == self.installed
+        self.installed = wanted
         return PrepareReport(installed=self.installed, skipped=skipped)
 
     async def telemetry(self) -> Telemetry:

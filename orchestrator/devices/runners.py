@@ -17,6 +17,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from orchestrator.devices.base import HealthState
+
 LineSink = Callable[[str], None]
 
 
@@ -35,7 +37,7 @@ class CommandResult:
 class RunnerError(Exception):
     """The runner could not do its job. `state` and `fix` feed the device's Health."""
 
-    state = "unreachable"
+    state: HealthState = "unreachable"
     fix: str | None = None
 
     def __init__(self, message: str, fix: str | None = None):
@@ -45,21 +47,35 @@ class RunnerError(Exception):
 
 
 class Unreachable(RunnerError):
-    state = "unreachable"
+    state: HealthState = "unreachable"
 
 
 class AuthRefused(RunnerError):
-    state = "auth_refused"
+    state: HealthState = "auth_refused"
 
 
 class HostKeyRejected(RunnerError):
-    state = "host_key_rejected"
+    state: HealthState = "host_key_rejected"
 
 
 class ConnectionLost(RunnerError):
     """The connection dropped mid-operation (after one reconnect attempt)."""
 
-    state = "unreachable"
+    state: HealthState = "unreachable"
+
+
+class Stream(abc.ABC):
+    """A long-lived command spoken to in lines (stdin/stdout), e.g. `orch agent` on a lab host."""
+
+    @abc.abstractmethod
+    async def send(self, line: str) -> None: ...
+
+    @abc.abstractmethod
+    async def receive(self, timeout: float) -> str:
+        """The next stdout line; ConnectionLost when the command ended or the link dropped."""
+
+    @abc.abstractmethod
+    async def close(self) -> None: ...
 
 
 class Runner(abc.ABC):
@@ -81,6 +97,10 @@ class Runner(abc.ABC):
 
     @abc.abstractmethod
     async def exists(self, remote: str) -> bool: ...
+
+    @abc.abstractmethod
+    async def open_stream(self, argv: Sequence[str]) -> Stream:
+        """Start argv and talk to it in lines."""
 
     @abc.abstractmethod
     async def expand(self, path: str) -> str:
@@ -147,6 +167,37 @@ class LocalRunner(Runner):
 
     async def expand(self, path: str) -> str:
         return os.path.expanduser(path)
+
+    async def open_stream(self, argv: Sequence[str]) -> Stream:
+        proc = await asyncio.create_subprocess_exec(
+            *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, start_new_session=True,
+        )
+        return _LocalStream(proc)
+
+
+class _LocalStream(Stream):
+    def __init__(self, proc: asyncio.subprocess.Process):
+        self.proc = proc
+
+    async def send(self, line: str) -> None:
+        assert self.proc.stdin is not None
+        try:
+            self.proc.stdin.write(line.encode() + b"\n")
+            await self.proc.stdin.drain()
+        except (BrokenPipeError, ConnectionResetError) as exc:
+            raise ConnectionLost(f"stream closed: {exc}") from None
+
+    async def receive(self, timeout: float) -> str:
+        assert self.proc.stdout is not None
+        raw = await asyncio.wait_for(self.proc.stdout.readline(), timeout)
+        if not raw:
+            raise ConnectionLost(f"the command ended (exit {await self.proc.wait()})")
+        return raw.decode("utf-8", "replace").rstrip("\n")
+
+    async def close(self) -> None:
+        if self.proc.returncode is None:
+            _kill_group(self.proc.pid)
+            await self.proc.wait()
 
 
 def _kill_group(pid: int) -> None:

@@ -105,10 +105,11 @@ class SimDevice(Device):
     async def prepare(self, artifacts: Artifacts) -> PrepareReport:
         if self._lost():
             raise DeviceUnavailable(f"{self.id}: not connected", fix="reconnect the USB cable")
-        if artifacts.harness_sha256 is not None and artifacts.harness_sha256 == self.installed:
+        wanted = artifacts.harness_sha256 or self.cfg.harness_version
+        if wanted == self.installed:
             return PrepareReport(installed=self.installed, skipped=True)
         self._busy(8.0, 0.3)  # an install
-        self.installed = artifacts.harness_sha256 or self.cfg.harness_version
+        self.installed = wanted
         return PrepareReport(installed=self.installed, skipped=False)
 
     async def telemetry(self) -> Telemetry:

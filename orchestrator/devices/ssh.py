@@ -26,6 +26,7 @@ from orchestrator.devices.runners import (
     HostKeyRejected,
     LineSink,
     Runner,
+    Stream,
     Unreachable,
 )
 
@@ -158,7 +159,9 @@ class SshRunner(Runner):
         if not argv:
             raise ValueError("empty command")
         client = await self._ensure()
-        script = f'echo "{PID_TAG}$$"; ' + (f"cd {shlex.quote(cwd)} || exit 126; " if cwd else "") + 'exec "$@"'
+        # Not `exec`: the shell waits and exits 128+N when the command dies of signal N (paramiko does not
+        # report exit-signal), and on timeout it and its children are killed by PID.
+        script = f'echo "{PID_TAG}$$"; ' + (f"cd {shlex.quote(cwd)} || exit 126; " if cwd else "") + '"$@"; exit $?'
         command = " ".join(["sh", "-c", shlex.quote(script), "orch", *(shlex.quote(a) for a in argv)])
         loop = asyncio.get_running_loop()
 
@@ -206,7 +209,7 @@ class SshRunner(Runner):
         finally:
             chan.close()
         status = chan.recv_exit_status()
-        if status == -1 or not transport.is_active():  # the channel closed without an exit status
+        if status == -1 and not transport.is_active():  # the channel closed without an exit status
             raise ConnectionLost(f"{self._where()}: connection dropped mid-command")
         if pending:
             out.append(pending.decode("utf-8", "replace"))
@@ -214,15 +217,32 @@ class SshRunner(Runner):
         return CommandResult(status, "".join(out), b"".join(err).decode("utf-8", "replace"))
 
     def _kill_sync(self, transport: paramiko.Transport, pid: int | None) -> None:
-        """Kill the command and its children on the host; closing the channel alone would not."""
+        """Kill the command's whole process tree on the host; closing the channel alone would not.
+
+        Each process is stopped before its children are listed, so none can spawn past the sweep;
+        `pgrep -P` exists on Linux and macOS alike.
+        """
         if pid is None:
             return
+        tree = 't(){ kill -STOP "$1" 2>/dev/null; for c in $(pgrep -P "$1"); do t "$c"; done; kill -KILL "$1"; }'
         chan = transport.open_session(timeout=self.cfg.connect_timeout_s)
         try:
-            chan.exec_command(f"pkill -KILL -P {pid}; kill -KILL {pid}")
+            chan.exec_command(f"{tree}; t {int(pid)} 2>/dev/null; true")
             chan.recv_exit_status()
         finally:
             chan.close()
+
+    async def open_stream(self, argv: Sequence[str]) -> Stream:
+        client = await self._ensure()
+        transport = client.get_transport()
+        assert transport is not None
+        command = " ".join(shlex.quote(a) for a in argv)
+        try:
+            chan = await asyncio.to_thread(lambda: transport.open_session(timeout=self.cfg.connect_timeout_s))
+            await asyncio.to_thread(chan.exec_command, command)
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            raise ConnectionLost(f"{self._where()}: cannot start {argv[0]}: {exc}") from None
+        return _SshStream(chan, self._where())
 
     # -- files -------------------------------------------------------------------------------
     async def _sftp(self) -> paramiko.SFTPClient:
@@ -266,3 +286,44 @@ class SshRunner(Runner):
             return False
         finally:
             sftp.close()
+
+
+class _SshStream(Stream):
+    def __init__(self, chan: paramiko.Channel, where: str):
+        self.chan, self.where, self.buf = chan, where, b""
+
+    async def send(self, line: str) -> None:
+        try:
+            await asyncio.to_thread(self.chan.sendall, line.encode() + b"\n")
+        except (OSError, paramiko.SSHException, EOFError) as exc:
+            raise ConnectionLost(f"{self.where}: stream closed: {exc}") from None
+
+    def _recv(self, wait: float) -> bytes | None:
+        """Bytes, b"" at end of stream, None when nothing arrived within `wait`."""
+        if not self.chan.recv_ready():
+            if self.chan.closed or self.chan.exit_status_ready():
+                return self.chan.recv(65536) if self.chan.recv_ready() else b""
+            select.select([self.chan], [], [], wait)
+            if not self.chan.recv_ready():
+                return b"" if self.chan.closed or self.chan.exit_status_ready() else None
+        return self.chan.recv(65536)
+
+    async def receive(self, timeout: float) -> str:
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self.buf:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError
+            try:
+                data = await asyncio.to_thread(self._recv, min(left, 0.5))
+            except (OSError, paramiko.SSHException, EOFError) as exc:
+                raise ConnectionLost(f"{self.where}: stream dropped: {exc}") from None
+            if data == b"":
+                raise ConnectionLost(f"{self.where}: the remote command ended")
+            if data:
+                self.buf += data
+        line, self.buf = self.buf.split(b"\n", 1)
+        return line.decode("utf-8", "replace")
+
+    async def close(self) -> None:
+        self.chan.close()

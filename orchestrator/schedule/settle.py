@@ -56,8 +56,10 @@ class SettleGate:
             why.append(f"min gap: {gap:.0f} s to go")
         if p.require_nominal and reading.thermal_state not in (None, "nominal"):
             why.append(f"thermal state {reading.thermal_state}")
-        if reading.battery_c is not None:
-            why += self._battery(reading.battery_c, now)
+        if (temp := reading.temperature()) is not None:
+            why += self._battery(temp, now)
+        if p.max_load_1m is not None and reading.load_1m is not None and reading.load_1m > p.max_load_1m:
+            why.append(f"load {reading.load_1m:.2f} over {p.max_load_1m:.2f}")
         if p.charging == "required" and reading.charging is False:
             why.append("not charging")
         if p.charging == "forbidden" and reading.charging:
@@ -72,7 +74,7 @@ class SettleGate:
             self.baseline = temp if self.baseline is None else min(self.baseline, temp)
         assert self.baseline is not None
         if temp - self.baseline > p.battery_margin_c:
-            why.append(f"battery {temp:.1f} C is {temp - self.baseline:.1f} C over baseline {self.baseline:.1f} C")
+            why.append(f"temperature {temp:.1f} C is {temp - self.baseline:.1f} C over baseline {self.baseline:.1f} C")
         self.history.append((now, temp))
         # keep exactly one sample at or beyond the window's start, so a full window can be seen
         while len(self.history) > 1 and self.history[1][0] <= now - p.flat_window_s:
@@ -80,8 +82,8 @@ class SettleGate:
         span = now - self.history[0][0]
         spread = max(t for _, t in self.history) - min(t for _, t in self.history)
         if span < p.flat_window_s:
-            why.append(f"battery flat window: {span:.0f}/{p.flat_window_s:.0f} s observed")
+            why.append(f"flat window: {span:.0f}/{p.flat_window_s:.0f} s observed")
         elif spread > p.flat_tolerance_c:
-            why.append(f"battery moved {spread:.2f} C over {p.flat_window_s:.0f} s")
+            why.append(f"temperature moved {spread:.2f} C over {p.flat_window_s:.0f} s")
         return why
 

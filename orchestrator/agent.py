@@ -1,0 +1,86 @@
+"""`orch agent`: serve the device boundary of this host's devices as JSON lines on stdin/stdout."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from typing import TextIO
+
+from orchestrator.config.fleet import Fleet
+from orchestrator.devices import open_device
+from orchestrator.devices.agent import AgentError, Reply, Request
+from orchestrator.devices.base import Device, DeviceUnavailable
+from orchestrator.protocol import TrialResult
+
+
+async def _handle(req: Request, device: Device | None) -> tuple[Reply, Device | None]:
+    if req.op == "open":
+        if req.device is None:
+            return Reply(id=req.id, error=AgentError(kind="bad_request", message="open needs a device")), device
+        if device is not None:
+            await device.close()
+        opened, _clock = open_device(Fleet(devices=[req.device]), req.device.id)
+        return Reply(id=req.id), opened
+    if device is None:
+        return Reply(id=req.id, error=AgentError(kind="bad_request", message="no device open")), None
+    if req.op == "info":
+        return Reply(id=req.id, info=await device.info()), device
+    if req.op == "prepare":
+        if req.artifacts is None:
+            return Reply(id=req.id, error=AgentError(kind="bad_request", message="prepare needs artifacts")), device
+        return Reply(id=req.id, report=await device.prepare(req.artifacts)), device
+    if req.op == "telemetry":
+        return Reply(id=req.id, telemetry=await device.telemetry()), device
+    if req.op == "health":
+        return Reply(id=req.id, health=await device.health()), device
+    if req.op == "run_trial":
+        if req.spec is None or req.timeout is None:
+            bad = AgentError(kind="bad_request", message="run_trial needs spec and timeout")
+            return Reply(id=req.id, error=bad), device
+        outcome = await device.run_trial(req.spec, req.timeout)
+        if isinstance(outcome, TrialResult):
+            return Reply(id=req.id, result=outcome), device
+        return Reply(id=req.id, failure=outcome), device
+    await device.close()
+    return Reply(id=req.id), None
+
+
+async def serve(stdin: TextIO, stdout: TextIO) -> int:
+    """One request per line in, one reply per line out, until end of input or `close`."""
+    loop = asyncio.get_running_loop()
+    device: Device | None = None
+    try:
+        while True:
+            line = await loop.run_in_executor(None, stdin.readline)
+            if not line:
+                return 0
+            if not line.strip():
+                continue
+            try:
+                req = Request.model_validate_json(line)
+            except ValueError as exc:
+                reply = Reply(id=-1, error=AgentError(kind="bad_request", message=f"bad request: {exc}"))
+                stdout.write(reply.model_dump_json() + "\n")
+                stdout.flush()
+                continue
+            try:
+                reply, device = await _handle(req, device)
+            except DeviceUnavailable as exc:
+                reply = Reply(id=req.id, error=AgentError(kind="unavailable", message=str(exc), fix=exc.fix,
+                                                          state=exc.state))
+            except Exception as exc:  # the agent must answer, whatever a backend does
+                reply = Reply(id=req.id, error=AgentError(kind="internal", message=f"{type(exc).__name__}: {exc}"))
+            stdout.write(reply.model_dump_json() + "\n")
+            stdout.flush()
+            if req.op == "close":
+                return 0
+    finally:
+        if device is not None:
+            await device.close()
+
+
+def main() -> int:
+    # Libraries that print would corrupt the reply stream: give them stderr, keep stdout for replies.
+    out = sys.stdout
+    sys.stdout = sys.stderr
+    return asyncio.run(serve(sys.stdin, out))
