@@ -210,7 +210,31 @@ def nightly_cmd(
         raise typer.Exit(1)
 
 
-COMMANDS: dict[str, Callable[..., None]] = {"audit": audit_cmd, "rank": rank_cmd, "nightly": nightly_cmd}
+def export_tuning_cmd(
+    run: Annotated[str, typer.Argument(help="A sweep run: id (under --results) or directory")],
+    dest: Annotated[Path, typer.Option("--out", help="Harness tuning JSON (one chip class; else FILE.<chip>.json)")],
+    results: Results = Path("results"),
+) -> None:
+    """Per chip class, the sweep's best configuration (default/simplest among ties) as `harness run --tuning` JSON."""
+    from orchestrator.analysis import tuning
+
+    run_dir = _run(results, run)
+    trials = _finished(run_dir)
+    try:
+        evidence = tuning.choose(trials, run_dir.manifest())
+    except tuning.TuningInputError as exc:
+        _bad_input(str(exc))
+    paths = tuning.write(evidence, dest)
+    out.print(_table(f"Tuning from {run_dir.run_id} (chosen per chip class)", evidence, {
+        "chip_class": "", "arm": "", "params": "", "chosen": "", "median_tok_s": ".2f", "ci_low": ".2f",
+        "ci_high": ".2f", "n_trials": "d", "ratio_to_best": ".3f", "p_vs_best": ".4f", "reason": "",
+    }))
+    for p in paths:
+        out.print(f"wrote {p}", highlight=False)
+
+
+COMMANDS: dict[str, Callable[..., None]] = {"audit": audit_cmd, "rank": rank_cmd, "nightly": nightly_cmd,
+                                             "export-tuning": export_tuning_cmd}
 
 
 def register(app: typer.Typer) -> None:
