@@ -112,13 +112,14 @@ def test_wrong_host_key_is_a_health_state_and_a_disconnected_trial(tmp_path: Pat
     assert isinstance(trial, TrialFailure) and trial.kind == "disconnected"
 
 
-def _kill_harness_run() -> bool:
+def _kill_harness_run(workdir: Path) -> bool:
+    """Kill the `harness run` whose spec lies under this test's workdir (and no other)."""
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if cmd[0].endswith(b"/harness") and cmd[1:2] == [b"run"]:
+        if cmd[0].endswith(b"/harness") and cmd[1:2] == [b"run"] and str(workdir).encode() in cmd[3]:
             os.kill(int(pid), 9)
             return True
     return False
@@ -130,7 +131,7 @@ def test_harness_killed_mid_trial_is_crashed(harness: Path, tmp_path: Path) -> N
 
     async def go() -> TrialResult | TrialFailure:
         task = asyncio.ensure_future(device.run_trial(long, 120))
-        while not task.done() and not _kill_harness_run():
+        while not task.done() and not _kill_harness_run(tmp_path / "work dir"):
             await asyncio.sleep(0.002)
         return await task
 
