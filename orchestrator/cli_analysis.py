@@ -233,8 +233,31 @@ def export_tuning_cmd(
         out.print(f"wrote {p}", highlight=False)
 
 
+def report_cmd(
+    run: Annotated[str, typer.Argument(help="Run id (under --results) or run directory")],
+    results: Results = Path("results"),
+    dest: Annotated[Path | None, typer.Option("--out", help="Directory (default RESULTS/RUN/report)")] = None,
+    ceilings: Ceilings = DEFAULT_CEILINGS,
+    history: Annotated[Path | None, typer.Option(help="Nightly history (default RESULTS/history if present)")] = None,
+) -> None:
+    """One self-contained HTML report (charts embedded, opens offline) plus markdown; failures included."""
+    from orchestrator.config.candidates import load_ceilings
+    from orchestrator.report.html import render
+
+    run_dir = _run(results, run)
+    try:
+        table = load_ceilings(ceilings) if ceilings.exists() else None
+    except ConfigError as exc:
+        _bad_input(str(exc))
+    if not run_dir.journal_path.exists():
+        _bad_input(f"run {run_dir.run_id} has no journal yet: nothing to report")
+    hist = history if history is not None else results / "history"
+    for path in render(run_dir, dest or run_dir.path / "report", table, hist if hist.is_dir() else None):
+        out.print(f"wrote {path}", highlight=False)
+
+
 COMMANDS: dict[str, Callable[..., None]] = {"audit": audit_cmd, "rank": rank_cmd, "nightly": nightly_cmd,
-                                             "export-tuning": export_tuning_cmd}
+                                             "export-tuning": export_tuning_cmd, "report": report_cmd}
 
 
 def register(app: typer.Typer) -> None:

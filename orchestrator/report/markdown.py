@@ -1,0 +1,246 @@
+"""A run's report: what it holds (`collect`) and its markdown form (`to_markdown`).
+
+Everything is rebuilt from the run's journal; a partly failed run still reports, failures included.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from orchestrator.analysis.audit import RULE, audit, prefill_view
+from orchestrator.analysis.summary import verdicts
+from orchestrator.config.candidates import CeilingTable
+from orchestrator.report import plots
+from orchestrator.results.records import Manifest, TrialRecord
+from orchestrator.results.store import RunDir, stops, trial_rows
+
+
+@dataclass
+class NightlyView:
+    alarms: pd.DataFrame
+    medians: pd.DataFrame
+    changes: pd.DataFrame
+
+
+@dataclass
+class Report:
+    run: RunDir
+    manifest: Manifest
+    trials: pd.DataFrame
+    verdicts: pd.DataFrame
+    stops: dict[str, str]
+    audit: pd.DataFrame | None
+    prefill: pd.DataFrame | None
+    gates: pd.DataFrame
+    failures: pd.DataFrame
+    nightly: NightlyView | None
+    figures: dict[str, bytes] = field(default_factory=dict)  # name -> PNG
+
+    @property
+    def chips(self) -> dict[str, str]:
+        return {d.id: getattr(d, "chip_class", None) or d.kind for d in self.manifest.fleet.devices}
+
+
+def token_gates(manifest: Manifest, records: list[Any]) -> pd.DataFrame:
+    """Per device and arm: do trial1 token ids match the device's first launch of the first arm?"""
+    first_arm = manifest.plan.arms[0].name
+    trials = sorted((r for r in records if isinstance(r, TrialRecord) and r.result and r.result.trial1),
+                    key=lambda r: (r.device, r.seq))
+    ref: dict[str, list[int]] = {}
+    for r in trials:
+        if r.arm == first_arm and r.device not in ref and r.result and r.result.trial1:
+            ref[r.device] = r.result.trial1.token_ids
+    rows: dict[tuple[str, str], dict[str, Any]] = {}
+    for r in trials:
+        assert r.result is not None and r.result.trial1 is not None
+        ids, base = r.result.trial1.token_ids, ref.get(r.device)
+        row = rows.setdefault((r.device, r.arm), {"device": r.device, "arm": r.arm, "launches": 0, "identical": 0,
+                                                  "first_fork": math.inf, "tokens": len(ids)})
+        row["launches"] += 1
+        if base is None:
+            continue
+        fork = next((i for i, (a, b) in enumerate(zip(ids, base, strict=False)) if a != b),
+                    None if len(ids) == len(base) else min(len(ids), len(base)))
+        if fork is None:
+            row["identical"] += 1
+        else:
+            row["first_fork"] = min(row["first_fork"], fork)
+    out = pd.DataFrame(list(rows.values()), columns=["device", "arm", "launches", "identical", "first_fork", "tokens"])
+    out["gate"] = [
+        "no reference launch" if d not in ref else
+        ("PASS: bit-identical" if i == n else f"FORK: {n - i} of {n} differ, first at token {int(f)}")
+        for d, i, n, f in zip(out["device"], out["identical"], out["launches"], out["first_fork"], strict=True)
+    ]
+    return out
+
+
+def _nightly(history: Path | None, manifest: Manifest) -> NightlyView | None:
+    from orchestrator.analysis import nightly
+
+    if history is None or not (history / "nights").is_dir():
+        return None
+    devices = {s.device for s in manifest.sessions}
+    nights = nightly.load_nights(history)
+    nights = nights[(nights["config"] == manifest.plan.name) & nights["device"].isin(devices)]
+    if not len(nights):
+        return None
+    rule = nightly.rule_of(manifest.plan)
+    table = nightly.alarms(nights, {manifest.plan.name: rule})
+    trials = nightly.load_history_trials(history, ["config", "device", "role", "status", "decode_tok_s"])
+    trials = trials[(trials["config"] == manifest.plan.name) & trials["device"].isin(devices)]
+    medians = nightly.night_medians(trials)
+    return NightlyView(alarms=table, medians=medians, changes=nightly.changepoints(medians))
+
+
+def collect(run: RunDir, ceilings: CeilingTable | None, history: Path | None = None) -> Report:
+    manifest, records = run.manifest(), run.records()
+    trials = trial_rows(manifest, records)
+    table = verdicts(trials, manifest.plan, seed=manifest.seed) if len(trials) else pd.DataFrame()
+    ended: dict[str, str] = {d: str(s.reason) for d, s in stops(records).items()}
+    ok = trials[trials["status"] == "ok"] if len(trials) else trials
+    aud = audit(trials, manifest, ceilings, seed=manifest.seed) if ceilings is not None and len(ok) else None
+    pre = prefill_view(trials, manifest, ceilings) if ceilings is not None and len(ok) else None
+    failures = trials[trials["status"] != "ok"][["device", "trial_id", "arm", "attempts", "failure_kind",
+                                                 "failure_message"]] if len(trials) else pd.DataFrame()
+    report = Report(run=run, manifest=manifest, trials=trials, verdicts=table, stops=ended, audit=aud, prefill=pre,
+                    gates=token_gates(manifest, records), failures=failures, nightly=_nightly(history, manifest))
+    arms = [a.name for a in manifest.plan.arms]
+    if len(trials):
+        if len(ok):
+            report.figures["distributions"] = plots.distributions(trials, arms)
+        report.figures["trial_order"] = plots.trial_order(trials, arms)
+    if aud is not None and len(aud):
+        report.figures["audit"] = plots.audit_bars(aud)
+    if report.nightly is not None:
+        n = report.nightly
+        report.figures["history"] = plots.history(n.medians, n.alarms, n.changes)
+    return report
+
+
+# -- markdown --------------------------------------------------------------------------------------------
+def _f(x: Any, spec: str) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "-"
+    return format(x, spec) if spec else str(x)
+
+
+def md_table(frame: pd.DataFrame, cols: dict[str, tuple[str, str]]) -> str:
+    """`cols`: column -> (header, format spec)."""
+    lines = ["| " + " | ".join(h for h, _ in cols.values()) + " |", "|" + "---|" * len(cols)]
+    for row in frame.to_dict("records"):
+        lines.append("| " + " | ".join(_f(row[c], s).replace("|", "/") for c, (_, s) in cols.items()) + " |")
+    return "\n".join(lines)
+
+
+def headline(report: Report) -> list[str]:
+    """One line per device and pair: what the rule decided."""
+    out = []
+    for r in report.verdicts.to_dict("records"):
+        ratio = _f(r["ratio"], ".3f")
+        out.append(f"**{r['device']}** ({report.chips.get(str(r['device']), '')}): {r['candidate']} vs "
+                   f"{r['baseline']}: **{r['verdict']}** (ratio {ratio}, p={_f(r['p_value'], '.4f')})")
+    return out
+
+
+VERDICT_COLS = {
+    "device": ("device", ""), "comparison": ("comparison", ""), "n": ("n (cand/base)", ""),
+    "median_baseline": ("baseline tok/s", ".1f"), "median_candidate": ("candidate tok/s", ".1f"),
+    "ci": ("ratio [CI]", ""), "p_value": ("p", ".4f"), "sigma": ("σ", ".1%"), "mde": ("MDE", ".1%"),
+    "verdict": ("verdict", ""),
+}
+
+
+def verdict_frame(report: Report) -> pd.DataFrame:
+    v = report.verdicts
+    if not len(v):
+        return pd.DataFrame(columns=list(VERDICT_COLS))
+    return v.assign(
+        comparison=v["candidate"] + " vs " + v["baseline"],
+        n=[f"{_f(c, '.0f')}/{_f(b, '.0f')}" for c, b in zip(v["n_candidate"], v["n_baseline"], strict=True)],
+        ci=[f"{_f(r, '.3f')} [{_f(lo, '.3f')}, {_f(hi, '.3f')}]"
+            for r, lo, hi in zip(v["ratio"], v["ci_low"], v["ci_high"], strict=True)],
+    )
+
+
+def sessions_frame(report: Report) -> pd.DataFrame:
+    rows = []
+    for s in report.manifest.sessions:
+        mine = report.trials[report.trials["device"] == s.device] if len(report.trials) else report.trials
+        ok = int((mine["status"] == "ok").sum()) if len(mine) else 0
+        rows.append({"device": s.device, "chip": report.chips.get(s.device, ""), "planned": len(s.trials),
+                     "ok": ok, "failed": len(mine) - ok, "settle": _f(mine["settle_waited_s"].median(), ".0f")
+                     if len(mine) else "-", "rose": int(mine["state_rose"].sum()) if len(mine) else 0,
+                     "session": report.stops.get(s.device, "not started")})
+    return pd.DataFrame(rows)
+
+
+SESSION_COLS = {"device": ("device", ""), "chip": ("chip", ""), "planned": ("planned", "d"), "ok": ("ok", "d"),
+                "failed": ("failed", "d"), "settle": ("median settle wait s", ""),
+                "rose": ("thermal state rose", "d"), "session": ("session ended", "")}
+AUDIT_COLS = {"device": ("device", ""), "arm": ("arm", ""), "decode_tok_s": ("tok/s", ".1f"),
+              "effective_gb_s": ("effective GB/s", ".1f"), "ceiling_gb_s": ("ceiling GB/s", ".1f"),
+              "ratio": ("of ceiling", ".0%"), "ceiling_tok_s": ("tok/s at ceiling", ".1f"),
+              "reading": ("reading", ""), "ceiling_source": ("ceiling from", "")}
+GATE_COLS = {"device": ("device", ""), "arm": ("arm", ""), "launches": ("launches", "d"),
+             "tokens": ("tokens", "d"), "gate": ("token gate vs the first arm", "")}
+FAIL_COLS = {"device": ("device", ""), "trial_id": ("trial", ""), "arm": ("arm", ""), "attempts": ("attempts", "d"),
+             "failure_kind": ("kind", ""), "failure_message": ("message", "")}
+
+
+def title(report: Report) -> str:
+    return f"Run {report.run.run_id}: {report.manifest.plan.name} ({report.manifest.plan.model})"
+
+
+def rule_text(report: Report) -> str:
+    r = report.manifest.plan.decision
+    return (f"Pre-committed rule {report.manifest.rule_digest}: {r.statistic}, alpha {r.alpha}, min effect "
+            f"{r.min_effect:.0%}, equivalence ±{r.equivalence_margin:.0%}, CI {r.ci_method}; "
+            f"{report.manifest.plan.order.upper()} x {report.manifest.plan.blocks} blocks.")
+
+
+def to_markdown(report: Report, image: Callable[[str], str]) -> str:
+    """`image(name)` gives the link for a figure (a file beside the markdown)."""
+    parts = [f"# {title(report)}", "", rule_text(report), ""]
+    parts += [f"- {line}" for line in headline(report)] or ["- no verdicts: no finished trials"]
+    parts += ["", "## Verdicts", "", md_table(verdict_frame(report), VERDICT_COLS), "",
+              "## Sessions", "", md_table(sessions_frame(report), SESSION_COLS), ""]
+    if not report.failures.empty:
+        parts += ["## Failures (kept as data)", "", md_table(report.failures, FAIL_COLS), ""]
+    for name, head in (("distributions", "tok/s per device and arm"),
+                       ("trial_order", "tok/s in trial order, thermal state and settle waits")):
+        if name in report.figures:
+            parts += [f"## {head[0].upper() + head[1:]}", "", f"![{head}]({image(name)})", ""]
+    if report.audit is not None:
+        parts += ["## Audit: effective bandwidth against the ceiling", "", RULE, "",
+                  md_table(report.audit, AUDIT_COLS), ""]
+        if "audit" in report.figures:
+            parts += [f"![audit]({image('audit')})", ""]
+    if report.prefill is not None and len(report.prefill):
+        pre = report.prefill.drop_duplicates(["device", "chunk_width"]).assign(
+            mb=report.prefill["bytes_per_prefill_token"] / 1e6)
+        parts += ["### Prefill: weights read once per M tokens", "", md_table(pre, {
+            "device": ("device", ""), "chunk_width": ("M", "d"), "mb": ("MB per prefill token", ".1f"),
+            "bound_tok_s": ("bandwidth bound tok/s", ".0f"), "regime": ("regime", "")}), ""]
+    parts += ["## Token gates", "", md_table(report.gates, GATE_COLS), ""]
+    if report.nightly is not None:
+        n = report.nightly
+        last = n.alarms.sort_values("night").groupby(["config", "device"]).tail(1)
+        parts += ["## Nightly history", "", md_table(last, {
+            "config": ("config", ""), "device": ("device", ""), "night": ("last night", ""),
+            "ratio": ("ratio", ".3f"), "p_one_sided_slower": ("one-sided p", ".4f"), "status": ("status", ""),
+            "reason": ("reason", "")}), ""]
+        alarmed = n.alarms[n.alarms["status"] == "alarm"]
+        parts += [f"Alarms in history: {len(alarmed)} night(s)" + (
+            ": " + ", ".join(f"{r['device']} {r['night']}" for r in alarmed.to_dict("records")) if len(alarmed)
+            else ""), ""]
+        parts += ["Change points: " + (", ".join(f"{r['device']} {r['signal']} from {r['night']} ({r['shift']:+.1%})"
+                                                 for r in n.changes.to_dict("records")) or "none"), ""]
+        if "history" in report.figures:
+            parts += [f"![history]({image('history')})", ""]
+    return "\n".join(parts) + "\n"

@@ -1,0 +1,87 @@
+"""`orch report`: one self-contained HTML file plus markdown, for whole, failed and nightly runs."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import re
+from pathlib import Path
+
+import typer
+from conftest import ROOT, SIM_LAB, fleet_of, plan_with, sim_device
+from typer.testing import CliRunner
+
+from orchestrator import app as core
+from orchestrator.cli_analysis import register
+from orchestrator.config.candidates import load_ceilings
+from orchestrator.report.html import render
+from orchestrator.results.store import RunDir
+
+CEILINGS = ROOT / "configs" / "ceilings.yaml"
+runner = CliRunner()
+
+
+def cli() -> typer.Typer:
+    app = typer.Typer()
+    register(app)
+    return app
+
+
+def run_on_disk(tmp_path: Path, fleet: dict[str, object], **plan: object) -> RunDir:
+    f, p = tmp_path / "fleet.yaml", tmp_path / "plan.yaml"
+    f.write_text(json.dumps(fleet_of(fleet).model_dump(mode="json", exclude_defaults=True)))
+    p.write_text(json.dumps(plan_with(**plan).model_dump(mode="json", exclude_defaults=True)))
+    fleet_cfg, plan_cfg = core.load_inputs(f, p)
+    run = core.start_run(core.new_manifest(fleet_cfg, plan_cfg, f, p), tmp_path / "results")
+    asyncio.run(core.execute(run))
+    return run
+
+
+def test_html_is_self_contained_and_shows_everything(tmp_path: Path) -> None:
+    run = run_on_disk(tmp_path, sim_device(runtimes={
+        "coreai": {"bytes_per_token": 783e6, "efficiency": 0.48}, "rawloop-metal": {"bytes_per_token": 783e6,
+                                                                                     "efficiency": 0.73}}),
+        model="gemma-4-e2b-qat-mixed")
+    html_path, md_path = render(run, tmp_path / "out", load_ceilings(CEILINGS))
+    html = html_path.read_text()
+    assert not re.search(r"""(src|href)=["'](?!data:)""", html), "everything must be inline (opens offline)"
+    images = re.findall(r'src="data:image/png;base64,([^"]+)"', html)
+    assert len(images) == 3  # distributions, trial order, audit
+    assert all(base64.b64decode(i).startswith(b"\x89PNG") for i in images)
+    for text in ("Verdicts", "faster", "Audit", "no glue to harvest", "raw-loop candidate", "Token gates",
+                 "PASS: bit-identical", "Prefill"):
+        assert text in html, text
+    md = md_path.read_text()
+    assert "![audit](figures/audit.png)" in md and (tmp_path / "out" / "figures" / "audit.png").exists()
+
+
+def test_partly_failed_run_still_renders_and_shows_failures(tmp_path: Path) -> None:
+    run = run_on_disk(tmp_path, sim_device(faults={"crash": 0.25, "garbage": 0.1}),
+                      retry={"max_attempts": 1, "max_consecutive_failures": 50})
+    app = cli()
+    res = runner.invoke(app, ["report", str(run.path), "--out", str(tmp_path / "rep")])
+    assert res.exit_code == 0, res.output
+    html = (tmp_path / "rep" / "report.html").read_text()
+    assert "Failures (kept as data)" in html and "crashed" in html
+
+
+def test_report_bad_input(tmp_path: Path) -> None:
+    res = runner.invoke(cli(), ["report", "nope", "--results", str(tmp_path)])
+    assert res.exit_code == 2 and "no run 'nope'" in res.output
+
+
+def test_nightly_report_shows_history_with_alarms(tmp_path: Path) -> None:
+    app = cli()
+    plan = ROOT / "configs" / "plans" / "nightly.yaml"
+    results = tmp_path / "r"
+    base = ["nightly", "--fleet", str(SIM_LAB), "--plan", str(plan), "--reference", "ref", "--results", str(results)]
+    for night, build in (("2026-03-01", "candidate-good"), ("2026-03-02", "candidate-slow"),
+                         ("2026-03-03", "candidate-slow")):
+        runner.invoke(app, [*base, "--candidate", build, "--night", night])
+    last = sorted(p for p in results.iterdir() if (p / "manifest.json").exists())[-1]
+    res = runner.invoke(app, ["report", last.name, "--results", str(results), "--out", str(tmp_path / "rep")])
+    assert res.exit_code == 0, res.output
+    html = (tmp_path / "rep" / "report.html").read_text()
+    assert "Nightly history" in html and '<span class="v alarm">alarm</span>' in html
+    assert len(re.findall(r'src="data:image/png', html)) == 4
