@@ -1,0 +1,97 @@
+"""An app's container over house_arrest (AFC): push a spec, look for a result, pull it, clean up.
+
+Only `Place`s made by ``paths`` are accepted, so every path is already inside ``/Documents``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import posixpath
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from orchestrator.devices.iphone.errors import call
+from orchestrator.devices.iphone.paths import DOCUMENTS, Place, check_bundle_id
+
+if TYPE_CHECKING:
+    from pymobiledevice3.lockdown_service_provider import LockdownServiceProvider
+
+MAX_RESULT_BYTES = 64 << 20  # a result is a few hundred KB; anything far bigger is not one
+
+
+class BadResultFile(Exception):
+    """The result path holds something that is not a plausible result file."""
+
+
+class Container:
+    """``async with Container(provider, bundle_id, ...) as c:`` — one house_arrest session."""
+
+    def __init__(self, provider: LockdownServiceProvider, bundle_id: str, *, documents_only: bool, timeout: float):
+        self.provider = provider
+        self.bundle_id = check_bundle_id(bundle_id)
+        self.documents_only = documents_only
+        self.timeout = timeout
+        self._afc: Any = None
+
+    async def __aenter__(self) -> Container:
+        from pymobiledevice3.services.house_arrest import HouseArrestService
+
+        self._afc = await call(
+            HouseArrestService.create(self.provider, self.bundle_id, documents_only=self.documents_only),
+            self.timeout, f"open the container of {self.bundle_id}",
+        )
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        afc, self._afc = self._afc, None
+        if afc is not None:
+            with contextlib.suppress(Exception):  # closing a connection that already died changes nothing
+                await call(afc.aclose(), self.timeout, "close house_arrest")
+
+    @property
+    def afc(self) -> Any:
+        if self._afc is None:
+            raise RuntimeError("container not open")
+        # Once AFC's reader has seen the connection end, a new request restarts it and races its
+        # failure (pymobiledevice3 then logs an orphaned future): fail fast instead.
+        terminated = getattr(self._afc, "_afc_terminated", None)
+        if terminated is not None and terminated.is_set():
+            from pymobiledevice3.exceptions import ConnectionTerminatedError
+
+            raise ConnectionTerminatedError("the container connection closed")
+        return self._afc
+
+    async def _makedirs(self, directory: str) -> None:
+        assert directory == DOCUMENTS or directory.startswith(DOCUMENTS + "/")
+        await call(self.afc.makedirs(directory), self.timeout, f"mkdir {directory}")
+
+    async def write(self, place: Place, data: bytes) -> None:
+        """Write atomically: a temp name in the same directory, then rename over the target."""
+        directory = posixpath.dirname(place.afc)
+        await self._makedirs(directory)
+        tmp = place.afc + ".tmp"
+        await call(self.afc.set_file_contents(tmp, data), self.timeout, f"write {tmp}")
+        await call(self.afc.rename(tmp, place.afc), self.timeout, f"rename {tmp}")
+
+    async def exists(self, place: Place) -> bool:
+        return bool(await call(self.afc.exists(place.afc), self.timeout, f"stat {place.afc}"))
+
+    async def read(self, place: Place) -> bytes | None:
+        """The file's bytes, or None when it does not exist."""
+        from pymobiledevice3.exceptions import AfcFileNotFoundError
+
+        try:
+            info = await call(self.afc.stat(place.afc), self.timeout, f"stat {place.afc}")
+        except AfcFileNotFoundError:
+            return None
+        if info.get("st_ifmt") != "S_IFREG":  # a link or directory is not a result: never follow it
+            raise BadResultFile(f"{place.afc} is {info.get('st_ifmt')}, not a regular file")
+        if int(info.get("st_size", 0)) > MAX_RESULT_BYTES:
+            raise BadResultFile(f"{place.afc} is {info['st_size']} bytes")
+        return bytes(await call(self.afc.get_file_contents(place.afc), self.timeout, f"read {place.afc}"))
+
+    async def remove(self, place: Place) -> None:
+        """Remove if present (best effort is the caller's choice)."""
+        await call(self.afc.rm_single(place.afc, force=True), self.timeout, f"rm {place.afc}")
