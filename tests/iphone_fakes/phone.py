@@ -282,3 +282,20 @@ class FakeConnector:
         self.resets += 1
         self._lockdown = None
 
+
+
+HARNESS = "dev.orch.harness"
+
+
+def make_device(phone: FakePhone, tmp_path: Path, **over: Any) -> tuple[Any, FakeConnector]:
+    """An `IphoneDevice` on ``phone`` with a harness .ipa in ``tmp_path`` and test-speed polling."""
+    from orchestrator.config.fleet import IphoneDeviceConfig
+    from orchestrator.devices.iphone import IphoneDevice
+
+    fields: dict[str, Any] = {
+        "id": "phone", "kind": "iphone", "udid": phone.udid, "ipa": str(make_ipa(tmp_path / "harness.ipa", HARNESS)),
+        "poll_s": 0.01, "call_timeout_s": 5.0,
+    }
+    fields.update(over)
+    connector = FakeConnector(phone)
+    return IphoneDevice(IphoneDeviceConfig.model_validate(fields), connector=connector), connector

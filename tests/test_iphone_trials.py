@@ -1,0 +1,210 @@
+"""Trials on a fake phone: every fault comes back as a typed TrialFailure, and nothing leaves Documents/."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from iphone_fakes import HARNESS, FakePhone, make_device
+
+from orchestrator.devices.base import Artifacts, TrialFailure
+from orchestrator.devices.contract import contract_spec
+from orchestrator.protocol import TrialResult, TrialSpec
+
+
+def spec(trial_id: str = "phone-0001", **over: Any) -> TrialSpec:
+    return contract_spec("rawloop-metal", "/models/tiny.gguf", trial_id, **over)
+
+
+def on_phone(tmp_path: Path, body: Callable[[Any, FakePhone, Any], Awaitable[None]], **cfg: Any) -> FakePhone:
+    phone = FakePhone()
+
+    async def main() -> None:
+        device, connector = make_device(phone, tmp_path, **cfg)
+        await device.prepare(Artifacts())
+        try:
+            await body(device, phone, connector)
+        finally:
+            await device.close()
+
+    asyncio.run(main())
+    return phone
+
+
+def test_a_trial_pushes_the_spec_launches_with_relative_paths_and_cleans_up(tmp_path: Path) -> None:
+    async def body(device: Any, phone: FakePhone, _c: Any) -> None:
+        result = await device.run_trial(spec(), 30)
+        assert isinstance(result, TrialResult) and result.trial_id == "phone-0001"
+        assert phone.launches[-1] == (HARNESS, ["--spec", "specs/phone-0001.json", "--out", "results/phone-0001.json"])
+        files = phone.containers[HARNESS].files
+        assert "/Documents/specs/phone-0001.json" not in files and "/Documents/results/phone-0001.json" not in files
+
+    phone = on_phone(tmp_path, body)
+    assert all(p == "/Documents" or p.startswith("/Documents/") for p in phone.containers[HARNESS].seen)
+
+
+def test_a_stale_result_from_an_earlier_attempt_never_counts(tmp_path: Path) -> None:
+    async def body(device: Any, phone: FakePhone, _c: Any) -> None:
+        stale = json.loads(phone.result(json.loads(spec().model_dump_json())))
+        stale["engine_version"] = "stale"
+        phone.containers[HARNESS].write("/Documents/results/phone-0001.json", json.dumps(stale).encode())
+        phone.modes[HARNESS] = "exit0"
+        failure = await device.run_trial(spec(), 30)
+        assert isinstance(failure, TrialFailure) and failure.kind == "bad_output", failure
+        assert "exit code 0" in failure.message
+
+    on_phone(tmp_path, body)
+
+
+def test_crash_reads_the_crash_report(tmp_path: Path) -> None:
+    async def body(device: Any, phone: FakePhone, _c: Any) -> None:
+        phone.modes[HARNESS] = "crash"
+        failure = await device.run_trial(spec(), 30)
+        assert isinstance(failure, TrialFailure) and failure.kind == "crashed", failure
+        assert "signal 11" in failure.message
+        assert failure.detail and "EXC_BAD_ACCESS" in failure.detail and "RawLoop.decodeStep" in failure.detail
+        phone.modes[HARNESS] = "exit0"  # the same report is not blamed for the next launch
+        again = await device.run_trial(spec("phone-0002"), 30)
+        assert isinstance(again, TrialFailure) and "EXC_BAD_ACCESS" not in (again.detail or "")
+
+    on_phone(tmp_path, body)
+
+
+def test_hang_is_killed_within_its_timeout(tmp_path: Path) -> None:
+    async def body(device: Any, phone: FakePhone, _c: Any) -> None:
+        phone.modes[HARNESS] = "hang"
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        failure = await device.run_trial(spec(), 0.3)
+        assert isinstance(failure, TrialFailure) and failure.kind == "hung", failure
+        assert 0.3 <= loop.time() - start < 2.0
+        assert phone.signals and phone.signals[-1][1] == 9 and not phone.running
+
+    on_phone(tmp_path, body)
+
+
+def test_garbage_result_is_bad_output(tmp_path: Path) -> None:
+    async def body(device: Any, phone: FakePhone, _c: Any) -> None:
+        phone.modes[HARNESS] = "garbage"
+        failure = await device.run_trial(spec(), 30)
+        assert isinstance(failure, TrialFailure) and failure.kind == "bad_output", failure
+        assert "invalid TrialResult" in failure.message
+
+    on_phone(tmp_path, body)
+
+
+def test_a_result_that_is_a_directory_is_bad_output(tmp_path: Path) -> None:
+    async def body(device: Any, phone: FakePhone, _c: Any) -> None:
+        phone.per_token_s = 0.05  # slow enough for the directory to appear first
+        launched = asyncio.get_running_loop().create_task(device.run_trial(spec(), 30))
+        while not phone.launches:
+            await asyncio.sleep(0.001)
+        phone.containers[HARNESS].makedirs("/Documents/results/phone-0001.json")
+        failure = await launched
+        assert isinstance(failure, TrialFailure) and failure.kind == "bad_output" and "S_IFDIR" in failure.message
+
+    on_phone(tmp_path, body)
+
+
+def test_unplugged_mid_trial_is_disconnected_and_the_next_call_reconnects(tmp_path: Path) -> None:
+    async def body(device: Any, phone: FakePhone, connector: Any) -> None:
+        phone.modes[HARNESS] = "unplug"
+        failure = await device.run_trial(spec(), 30)
+        assert isinstance(failure, TrialFailure) and failure.kind == "disconnected", failure
+        assert connector.resets >= 1
+        again = await device.run_trial(spec("phone-0002"), 30)  # still unplugged: typed, not raised
+        assert isinstance(again, TrialFailure) and again.kind == "disconnected"
+        phone.plugged, phone.modes[HARNESS] = True, "ok"
+        assert isinstance(await device.run_trial(spec("phone-0003"), 30), TrialResult)
+
+    on_phone(tmp_path, body)
+
+
+def test_launch_refused_when_locked_names_the_fix(tmp_path: Path) -> None:
+    async def body(device: Any, phone: FakePhone, _c: Any) -> None:
+        phone.locked = True
+        failure = await device.run_trial(spec(), 30)
+        assert isinstance(failure, TrialFailure) and failure.kind == "launch_failed", failure
+        assert failure.detail and "unlock" in failure.detail
+
+    on_phone(tmp_path, body)
+
+
+def test_missing_disk_image_is_launch_failed_with_the_fix(tmp_path: Path) -> None:
+    async def body(device: Any, phone: FakePhone, _c: Any) -> None:
+        phone.ddi_mounted = False
+        failure = await device.run_trial(spec(), 30)
+        assert isinstance(failure, TrialFailure) and failure.kind == "launch_failed", failure
+        assert failure.detail and "mounter auto-mount" in failure.detail
+
+    on_phone(tmp_path, body)
+
+
+def test_unsafe_ids_never_become_paths(tmp_path: Path) -> None:
+    async def body(device: Any, phone: FakePhone, _c: Any) -> None:
+        for bad in ("../../Library/x", "a/b", ".hidden", ""):
+            evil = TrialSpec.model_construct(**{**spec().model_dump(), "trial_id": bad})
+            failure = await device.run_trial(evil, 30)
+            assert isinstance(failure, TrialFailure) and failure.kind == "launch_failed", (bad, failure)
+        evil_run = TrialSpec.model_construct(**{**spec().model_dump(), "run_id": "../x"})
+        assert isinstance(await device.run_trial(evil_run, 30), TrialFailure)
+        assert phone.launches == []
+
+    phone = on_phone(tmp_path, body)
+    assert all(p == "/Documents" or p.startswith("/Documents/") for p in phone.containers[HARNESS].seen)
+
+
+def test_engine_apps_route_a_trial_to_another_app(tmp_path: Path) -> None:
+    from iphone_fakes import make_ipa
+
+    other = "com.example.competitor"
+    ipa = make_ipa(tmp_path / "c.ipa", other, process="Competitor")
+
+    async def body(device: Any, phone: FakePhone, _c: Any) -> None:
+        phone.engines.add("litert")
+        result = await device.run_trial(contract_spec("litert", "/m", "phone-0001"), 30)
+        assert isinstance(result, TrialResult) and phone.launches[-1][0] == other
+
+    on_phone(tmp_path, body, competitor_apps={other: str(ipa)}, engine_apps={"litert": other})
+
+
+def test_telemetry_battery_and_thermal(tmp_path: Path) -> None:
+    async def body(device: Any, phone: FakePhone, _c: Any) -> None:
+        first = await device.telemetry()
+        assert (first.battery_c, first.charging, first.thermal_state) == (30.5, False, None)
+        assert first.unavailable == ["thermal_state", "low_power"]
+        phone.thermal = "fair"
+        await device.run_trial(spec(), 30)
+        after = await device.telemetry()
+        assert after.thermal_state == "fair" and "thermal_state" not in after.unavailable
+        phone.battery["Temperature"] = 91234  # not hundredths of a degree: refused, not guessed
+        phone.battery.pop("IsCharging")
+        odd = await device.telemetry()
+        assert odd.battery_c is None and {"battery_c", "charging"} <= set(odd.unavailable)
+
+    on_phone(tmp_path, body)
+
+
+def test_thermal_from_a_result_goes_stale(tmp_path: Path) -> None:
+    async def body(device: Any, phone: FakePhone, _c: Any) -> None:
+        await device.run_trial(spec(), 30)
+        reading = await device.telemetry()
+        assert reading.thermal_state is None and "thermal_state" in reading.unavailable
+
+    on_phone(tmp_path, body, thermal_max_age_s=0)
+
+
+def test_thermal_probe_launch(tmp_path: Path) -> None:
+    async def body(device: Any, phone: FakePhone, _c: Any) -> None:
+        phone.thermal = "serious"
+        reading = await device.telemetry()
+        assert (reading.thermal_state, reading.low_power) == ("serious", False) and reading.unavailable == []
+        assert phone.launches[-1][1][:2] == ["--probe", "thermal"]
+        phone.modes[HARNESS] = "crash"
+        broken = await device.telemetry()
+        assert broken.thermal_state is None and "thermal_state" in broken.unavailable
+
+    on_phone(tmp_path, body, thermal_probe=True)
