@@ -56,6 +56,7 @@ class FakePhone:
         self.media = FakeFs("/PublicStaging")
         self.crashes = FakeFs()
         self.installs: list[str] = []
+        self.install_error: str | None = None
         self.launches: list[tuple[str, list[str]]] = []
         self.vended: list[tuple[str, str]] = []
         self.running: set[int] = set()

@@ -72,6 +72,9 @@ def _installation_proxy(phone: FakePhone, request: dict[str, Any]) -> list[dict[
         found = {b: _app_record(a) for b, a in phone.apps.items() if wanted is None or b in wanted}
         return [{"LookupResult": found, "Status": "Complete"}]
     if command in ("Install", "Upgrade"):
+        if phone.install_error:
+            return [{"Status": "CreatingStagingDirectory", "PercentComplete": 5},
+                    {"Error": phone.install_error, "ErrorDescription": "the phone said no"}]
         package = phone.media.read(request["PackagePath"])
         try:
             with zipfile.ZipFile(io.BytesIO(package or b"")) as z:
