@@ -24,9 +24,15 @@ public enum SpecRun {
     public static func execute(
         specPath: String, outPath: String, tuningPath: String?, factory: any EngineFactory,
         runner: TrialRunner = TrialRunner(thermal: Thermal.platformProbe()),
+        interrupted: () -> String? = { nil },
         print emit: (String) -> Void = Console.line
     ) -> Int32 {
-        let result = produce(specPath: specPath, tuningPath: tuningPath, factory: factory, runner: runner)
+        var result = produce(specPath: specPath, tuningPath: tuningPath, factory: factory, runner: runner)
+        if let reason = interrupted(), result.status == .ok {
+            // Keep the measurements as evidence, but the trial does not count.
+            result.status = .error
+            result.error = HarnessError(.interrupted, reason)
+        }
         do {
             try result.validate()
             try AtomicFile.write(ProtocolJSON.encoder().encode(result), to: outPath)

@@ -100,7 +100,7 @@ struct FakeFactory: EngineFactory {
         }
         var lines: [String] = []
         let code = SpecRun.execute(specPath: specPath, outPath: outPath, tuningPath: tuningPath, factory: factory,
-                                   runner: TrialRunner(clock: StepClock(step: 10))) { lines.append($0) }
+                                   runner: TrialRunner(clock: StepClock(step: 10)), print: { lines.append($0) })
         let result = try ProtocolJSON.decoder().decode(TrialResult.self, from: Data(contentsOf: URL(fileURLWithPath: outPath)))
         #expect(lines == ["HARNESS_DONE \(result.trialId) \(outPath)"])
         return (code, result, lines)
@@ -140,6 +140,19 @@ struct FakeFactory: EngineFactory {
         let (code, r, _) = try runSpec(spec, tuning: #"{"engine": "fake", "params": {"spin": 1, "threads": 2}}"#)
         #expect(code == 0)
         #expect(r.tuning == ["spin": .int(2), "threads": .int(2)])
+    }
+
+    @Test func interruptionKeepsTheDataButFailsTheTrial() throws {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("interrupt-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        let spec = dir.appendingPathComponent("spec.json").path
+        let out = dir.appendingPathComponent("result.json").path
+        try good.write(toFile: spec, atomically: true, encoding: .utf8)
+        let code = SpecRun.execute(specPath: spec, outPath: out, tuningPath: nil, factory: FakeFactory(engine: CountingEngine()),
+                                   runner: TrialRunner(clock: StepClock(step: 10)), interrupted: { "resigned active" }, print: { _ in })
+        let r = try ProtocolJSON.decoder().decode(TrialResult.self, from: Data(contentsOf: URL(fileURLWithPath: out)))
+        #expect(code == SpecRun.exitErrorResult)
+        #expect(r.error == HarnessError(.interrupted, "resigned active") && r.trial1 != nil)
     }
 
     @Test func engineFailureMidRunIsAnErrorResult() throws {

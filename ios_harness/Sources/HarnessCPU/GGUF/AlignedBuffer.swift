@@ -10,10 +10,13 @@ import Glibc
 final class AlignedBuffer: @unchecked Sendable {
     let base: UnsafeMutableRawPointer
     let count: Int
+    /// Bytes allocated: `count` rounded up to the 2 MiB alignment (a page multiple).
+    let capacity: Int
 
-    private init(base: UnsafeMutableRawPointer, count: Int) {
+    private init(base: UnsafeMutableRawPointer, count: Int, capacity: Int) {
         self.base = base
         self.count = count
+        self.capacity = capacity
     }
 
     deinit { free(base) }
@@ -34,8 +37,9 @@ final class AlignedBuffer: @unchecked Sendable {
         if dropPageCache { _ = posix_fadvise(fd, 0, 0, Int32(POSIX_FADV_DONTNEED)) }
         #endif
         let alignment = 2 << 20
+        let capacity = (size + alignment - 1) / alignment * alignment
         var raw: UnsafeMutableRawPointer?
-        guard posix_memalign(&raw, alignment, (size + alignment - 1) / alignment * alignment) == 0, let base = raw else {
+        guard posix_memalign(&raw, alignment, capacity) == 0, let base = raw else {
             throw HarnessError(.outOfMemory, "cannot allocate \(size) bytes for \(path)")
         }
         #if os(Linux)
@@ -50,7 +54,7 @@ final class AlignedBuffer: @unchecked Sendable {
             }
             done += n
         }
-        return AlignedBuffer(base: base, count: size)
+        return AlignedBuffer(base: base, count: size, capacity: capacity)
     }
 }
 

@@ -130,6 +130,12 @@ public final class GGUFFile: @unchecked Sendable {
         tensors = out
     }
 
+    /// Calls `body` with the file's page-aligned storage and its page-multiple length (for
+    /// no-copy GPU buffers); the storage lives as long as this file.
+    public func withPageAlignedStorage<R>(_ body: (UnsafeMutableRawPointer, Int) throws -> R) rethrows -> R {
+        try body(buffer.base, buffer.capacity)
+    }
+
     /// The bytes of a tensor, valid while this file is alive.
     public func data(_ tensor: GGUFTensor) -> UnsafeRawPointer {
         UnsafeRawPointer(buffer.base + tensor.offset)

@@ -79,3 +79,30 @@ struct LlamaWeights {
         return s
     }
 }
+
+/// The checks and byte counts of `LlamaWeights`, for engines that keep their own copy of the
+/// weights (the Metal raw loop): every tensor present with the right shape and a supported type.
+public struct LlamaLayout: Sendable {
+    public let layerBytes: Int
+    public let embedRowBytes: Int
+    public let bytesPerDecodeToken: Int
+    public let tiedHead: Bool
+
+    public init(file: GGUFFile, config: LlamaConfig) throws {
+        let w = try LlamaWeights(file: file, config: config)
+        layerBytes = w.layerBytes
+        embedRowBytes = w.embed.rowBytes
+        bytesPerDecodeToken = w.bytesPerDecodeToken
+        tiedHead = w.tied
+    }
+}
+
+extension GGUFFile {
+    /// Row `row` of a 2-D F32 / Q8_0 / Q4_0 tensor as floats (an embedding lookup).
+    public func dequantizeRow(of name: String, row: Int, into out: UnsafeMutablePointer<Float>) throws {
+        guard let t = tensors[name], t.dims.count == 2 else { throw HarnessError(.badModel, "GGUF lacks 2-D tensor \(name)") }
+        let m = try WeightMatrix(t, in: self, rows: t.dims[1], cols: t.dims[0])
+        guard row >= 0, row < m.rows else { throw HarnessError(.badSpec, "row \(row) outside \(name)") }
+        m.dequantizeRow(row, into: out)
+    }
+}

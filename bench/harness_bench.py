@@ -1,0 +1,223 @@
+"""Harness benchmark: the stream probe and ``rawloop-cpu`` on m110-sized Q8_0 and Q4_0 models,
+in one process and one sitting (run on demand; not a test).
+
+For each format: decode tok/s, prefill tok/s at chunk widths M = 1/4/16, effective GB/s
+(engine-reported weight bytes per decode token x decode tok/s) and its ratio to the probe's
+clean-stream ceiling on the same buffer-far-larger-than-LLC. If a llama.cpp ``llama-bench`` is
+on PATH (or ``LLAMA_BENCH`` names one) it runs on the same GGUF files too.
+
+Each configuration is launched ``--launches`` times as fresh processes; every launch runs trial1
+plus warm repetitions. Decode is reported as the median over all warm generations, prefill as
+the median over all generations at that M.
+
+    .venv/bin/python bench/harness_bench.py            # writes bench/results/harness.{md,json}
+
+Goals on this machine (issue 3): decode effective GB/s >= 0.8 x probe for a model larger than
+the last-level cache; decode tok/s >= llama.cpp's on the same file. A miss is reported, not hidden.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from orchestrator.models import make_model, model_dir  # noqa: E402
+from orchestrator.protocol import parse_result  # noqa: E402
+
+HARNESS_DIR = ROOT / "ios_harness"
+WIDTHS = (1, 4, 16)
+FAILED_LAUNCHES: list[dict[str, Any]] = []
+
+
+def build_harness() -> Path:
+    if env := os.environ.get("ORCH_HARNESS_BIN"):
+        return Path(env)
+    swift = shutil.which("swift") or "/opt/swift/usr/bin/swift"
+    subprocess.run([swift, "build", "-c", "release", "-j", "2"], cwd=HARNESS_DIR, check=True,
+                   stdout=subprocess.DEVNULL)
+    return HARNESS_DIR / ".build" / "release" / "harness"
+
+
+def run_json(cmd: list[str]) -> Any:
+    return json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
+
+
+def probe(harness: Path, work: Path) -> dict[str, Any]:
+    out = work / "probe.json"
+    subprocess.run([str(harness), "probe", "--out", str(out), "--repeats", "7"], check=True, stdout=subprocess.DEVNULL)
+    report: dict[str, Any] = json.loads(out.read_text())
+    return report
+
+
+def rawloop(
+    harness: Path, gguf: Path, width: int, args: argparse.Namespace, work: Path, threads: int | None = None
+) -> list[dict[str, Any]]:
+    rows = []
+    for launch in range(args.launches):
+        spec = {
+            "schema_version": 1, "run_id": "bench", "trial_id": f"{gguf.stem}-m{width}-{launch}",
+            "engine": "rawloop-cpu", "model": str(gguf), "prompt_tokens": args.prompt, "decode_tokens": args.decode,
+            "chunk_width": width, "warm_repetitions": args.warm, "seed": launch, "threads": threads,
+        }
+        spec_path, out = work / "spec.json", work / "result.json"
+        spec_path.write_text(json.dumps(spec))
+        for _attempt in range(3):
+            proc = subprocess.run([str(harness), "run", "--spec", str(spec_path), "--out", str(out)],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            if proc.returncode >= 0:
+                break
+            # Killed by a signal from outside (a shared machine): kept as data, then relaunched.
+            FAILED_LAUNCHES.append({"trial_id": spec["trial_id"], "signal": -proc.returncode})
+        if proc.returncode != 0:
+            raise SystemExit(f"harness failed on {spec['trial_id']}: {proc.returncode} {proc.stderr}")
+        r = parse_result(out.read_text())
+        assert r.trial1 is not None and r.bytes_per_decode_token is not None
+        for i, g in enumerate([r.trial1, *r.warm]):
+            rows.append({"launch": launch, "warm": i > 0, "decode_tok_s": g.decode_tok_s(),
+                         "prefill_tok_s": g.prefill_tok_s(args.prompt), "ttft_ms": g.ttft_ns / 1e6,
+                         "bytes_per_decode_token": r.bytes_per_decode_token,
+                         "bytes_per_prefill_token": r.bytes_per_prefill_token, "threads": r.threads})
+    return rows
+
+
+def llama_cpp(gguf: Path, args: argparse.Namespace) -> dict[str, Any] | None:
+    tool = os.environ.get("LLAMA_BENCH") or shutil.which("llama-bench")
+    if not tool:
+        return None
+    threads = str(os.cpu_count() or 1)
+    data = run_json([tool, "-m", str(gguf), "-p", str(args.prompt), "-n", str(args.decode), "-t", threads,
+                     "-r", str(args.launches), "-o", "json"])
+    out: dict[str, Any] = {"tool": tool}
+    for row in data:
+        key = "prefill_tok_s" if row.get("n_prompt", 0) > 0 else "decode_tok_s"
+        out[key] = row["avg_ts"]
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--size", default="m110")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--prompt", type=int, default=128)
+    p.add_argument("--decode", type=int, default=128)
+    p.add_argument("--warm", type=int, default=3)
+    p.add_argument("--launches", type=int, default=3)
+    p.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "harness")
+    args = p.parse_args()
+
+    harness = build_harness()
+    mdir = model_dir("llama", args.size, args.seed)
+    ggufs = {fmt: mdir / f"model-{fmt}.gguf" for fmt in ("Q8_0", "Q4_0")}
+    if not all(g.exists() for g in ggufs.values()):
+        make_model("llama", args.size, args.seed, mdir, formats=("Q8_0", "Q4_0"))
+
+    started = time.time()
+    load_before = os.getloadavg()
+    info = run_json([str(harness), "info"])
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        probe_report = probe(harness, work)
+        runs = {fmt: {m: rawloop(harness, g, m, args, work) for m in WIDTHS} for fmt, g in ggufs.items()}
+        single = {fmt: rawloop(harness, g, 16, args, work, threads=1) for fmt, g in ggufs.items()}
+        probe_after = probe(harness, work)
+    llama = {fmt: llama_cpp(g, args) for fmt, g in ggufs.items()}
+    load_after = os.getloadavg()
+
+    stream = {m["pattern"]: m["best_gb_s"] for m in probe_report["results"]}
+    stream_after = {m["pattern"]: m["best_gb_s"] for m in probe_after["results"]}
+    ceiling = max(stream["stream"], stream_after["stream"])
+    table = []
+    for fmt, by_width in runs.items():
+        all_rows = [r for rows in by_width.values() for r in rows]
+        warm_decode = [r["decode_tok_s"] for r in all_rows if r["warm"]]
+        decode = statistics.median(warm_decode)
+        bpt = all_rows[0]["bytes_per_decode_token"]
+        eff = bpt * decode / 1e9
+        row = {
+            "format": fmt, "file_bytes": ggufs[fmt].stat().st_size, "bytes_per_decode_token": bpt,
+            "decode_tok_s": decode, "decode_tok_s_min": min(warm_decode), "decode_tok_s_max": max(warm_decode),
+            "trial1_decode_tok_s": statistics.median(r["decode_tok_s"] for r in all_rows if not r["warm"]),
+            "effective_gb_s": eff, "ratio_to_stream": eff / ceiling,
+            "ratio_to_layout": eff / max(stream[f"{fmt.lower()}_layout"], stream_after[f"{fmt.lower()}_layout"]),
+            "kernel_gb_s": max(stream[f"{fmt.lower()}_kernel"], stream_after[f"{fmt.lower()}_kernel"]),
+            "prefill_tok_s": {m: statistics.median(r["prefill_tok_s"] for r in rows) for m, rows in by_width.items()},
+            "threads": all_rows[0]["threads"], "llama_cpp": llama[fmt],
+            "decode_tok_s_1_thread": statistics.median(r["decode_tok_s"] for r in single[fmt] if r["warm"]),
+        }
+        table.append(row)
+
+    llc = probe_report["last_level_cache_bytes"]
+    result = {
+        "date": time.strftime("%Y-%m-%d", time.gmtime(started)), "host": info["host"],
+        "harness_build": info["harness_build"], "python": platform.python_version(),
+        "command": "bench/harness_bench.py " + " ".join(sys.argv[1:]), "args": vars(args) | {"out": str(args.out)},
+        "probe": {"before": probe_report, "after": probe_after}, "table": table,
+        "load_average": {"before": load_before, "after": load_after}, "runs": runs, "runs_1_thread": single,
+        "failed_launches": FAILED_LAUNCHES,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.with_suffix(".json").write_text(json.dumps(result, indent=2, default=str) + "\n")
+
+    host = info["host"]
+    lines = [
+        f"# Harness benchmark ({result['date']}, {host['cpu_model']}, {host['logical_cpus']} CPUs, "
+        f"LLC {llc / 2**20:.0f} MiB)",
+        "",
+        f"Command: `.venv/bin/python {result['command']}` (harness {info['harness_build']}, "
+        f"{args.launches} launches x (trial1 + {args.warm} warm), prompt {args.prompt}, decode {args.decode}, "
+        f"llama-{args.size}-s{args.seed})",
+        "",
+        f"Stream probe ({probe_report['buffer_bytes'] / 2**20:.0f} MiB buffer, {probe_report['threads']} threads, "
+        "best of 7, before / after the runs): "
+        + ", ".join(f"{k} {v:.1f} / {stream_after[k]:.1f} GB/s" for k, v in stream.items()),
+        "",
+        "| format | model bytes | decode tok/s (warm median, min-max) | trial1 decode | 1-thread decode "
+        "| prefill tok/s M=1 / 4 / 16 | effective GB/s | / stream | / layout | kernel-only GB/s "
+        "| llama.cpp decode / prefill |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in table:
+        pf = " / ".join(f"{r['prefill_tok_s'][m]:.0f}" for m in WIDTHS)
+        lc = r["llama_cpp"]
+        lcs = f"{lc['decode_tok_s']:.1f} / {lc['prefill_tok_s']:.0f}" if lc else "not available on this machine"
+        lines.append(
+            f"| {r['format']} | {r['file_bytes'] / 1e6:.1f} MB | {r['decode_tok_s']:.1f} "
+            f"({r['decode_tok_s_min']:.1f}-{r['decode_tok_s_max']:.1f}) | {r['trial1_decode_tok_s']:.1f} "
+            f"| {r['decode_tok_s_1_thread']:.1f} | {pf} "
+            f"| {r['effective_gb_s']:.1f} | {r['ratio_to_stream']:.2f} | {r['ratio_to_layout']:.2f} "
+            f"| {r['kernel_gb_s']:.1f} | {lcs} |"
+        )
+    lines += [
+        "",
+        f"Load average before / after: {load_before[0]:.2f} / {load_after[0]:.2f} (the machine is shared: "
+        f"other work on the cores shows up as spread). Launches killed from outside and relaunched: "
+        f"{len(FAILED_LAUNCHES)}.",
+        "",
+        "Goal: decode effective GB/s >= 0.8 x stream: "
+        + "; ".join(f"{r['format']} {'met' if r['ratio_to_stream'] >= 0.8 else 'missed'} ({r['ratio_to_stream']:.2f})"
+                    for r in table)
+        + ". Goal: decode >= llama.cpp: "
+        + ("; ".join(f"{r['format']} {'met' if r['decode_tok_s'] >= r['llama_cpp']['decode_tok_s'] else 'missed'}"
+                     for r in table if r["llama_cpp"]) or "not measured (no llama-bench here)")
+        + ".",
+        "",
+    ]
+    args.out.with_suffix(".md").write_text("\n".join(lines))
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,46 @@
+#if canImport(Metal)
+import HarnessCore
+import Metal
+
+/// The compiled kernels, built once per process from `MetalShaders.source` with safe math
+/// (no reassociation, so the fixed reduction orders hold), cached by the source's hash.
+final class MetalPipelines {
+    let device: any MTLDevice
+    let sourceHash: String
+    private var states: [String: any MTLComputePipelineState] = [:]
+
+    nonisolated(unsafe) private static var cache: [String: MetalPipelines] = [:]
+
+    static func shared(device: any MTLDevice) throws -> MetalPipelines {
+        var h = SHA256()
+        Array(MetalShaders.source.utf8).withUnsafeBytes { h.update($0) }
+        let key = h.finish().prefix(8).map { String(format: "%02x", $0) }.joined()
+        if let p = cache[key], p.device === device { return p }
+        let p = try MetalPipelines(device: device, sourceHash: key)
+        cache[key] = p
+        return p
+    }
+
+    private init(device: any MTLDevice, sourceHash: String) throws {
+        self.device = device
+        self.sourceHash = sourceHash
+        let options = MTLCompileOptions()
+        options.mathMode = .safe
+        let library: any MTLLibrary
+        do {
+            library = try device.makeLibrary(source: MetalShaders.source, options: options)
+        } catch {
+            throw HarnessError(.engineFailure, "Metal shader compilation failed: \(error)")
+        }
+        for name in ["matvec_q8_0", "matvec_q4_0", "matvec_f32", "rms_norm", "rope", "copy_floats", "add_into",
+                     "silu_mul", "attention"] {
+            guard let f = library.makeFunction(name: name) else {
+                throw HarnessError(.engineFailure, "Metal function \(name) missing")
+            }
+            states[name] = try device.makeComputePipelineState(function: f)
+        }
+    }
+
+    subscript(_ name: String) -> any MTLComputePipelineState { states[name]! }
+}
+#endif
