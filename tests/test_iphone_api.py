@@ -115,6 +115,13 @@ def test_every_classified_exception_is_a_real_name() -> None:
     assert used and all(hasattr(exceptions, n) for n in used), sorted(n for n in used if not hasattr(exceptions, n))
 
 
+def test_crash_reports_manager_names_its_mover_and_flush_reads_a_ping() -> None:
+    from pymobiledevice3.services.crash_reports import CrashReportsManager
+
+    init, flush = inspect.getsource(CrashReportsManager.__init__), inspect.getsource(CrashReportsManager.flush)
+    assert "self.crash_mover_service_name" in init and 'b"ping\\x00"' in flush
+
+
 def test_process_control_logs_terminations_where_the_tap_listens() -> None:
     from pymobiledevice3.services.dvt.instruments import process_control
 

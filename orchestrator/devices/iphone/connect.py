@@ -82,7 +82,8 @@ class UsbConnector:
                 t, "lockdown over usbmux",
             )
         if not client.paired:
-            await client.close()
+            with contextlib.suppress(Exception):
+                await call(client.close(), self.cfg.call_timeout_s, "close lockdown")
             raise NotPairedError(f"{udid} does not trust this computer")
         self._lockdown = client
         return client

@@ -27,12 +27,13 @@ async def latest_crash(
 
     ``seen``: reports already attributed to an earlier launch (updated here), never attributed twice.
     """
-    seen = set() if seen is None else seen
     from pymobiledevice3.services.crash_reports import CrashReportsManager
 
-    async with CrashReportsManager(provider) as manager:
+    seen = set() if seen is None else seen
+    manager = CrashReportsManager(provider)
+    try:
         with contextlib.suppress(Exception):  # move pending reports into place; failing, nothing is new
-            await call(manager.flush(), timeout, "flush crash reports")
+            await _flush(provider, manager.crash_mover_service_name, timeout)
         newest = await call(_newest(manager, process_name, since_wall - CLOCK_SKEW_S, seen), timeout,
                             "list crash reports")
         if newest is None:
@@ -43,6 +44,19 @@ async def latest_crash(
         except Exception as exc:  # unparseable: say which report, so a person can pull it
             return f"{posixpath.basename(newest)} (unreadable: {exc})"
         return summarize(posixpath.basename(newest), report)
+    finally:
+        with contextlib.suppress(Exception):
+            await call(manager.aclose(), timeout, "close crash reports")
+
+
+async def _flush(provider: LockdownServiceProvider, mover: str, timeout: float) -> None:
+    """What ``CrashReportsManager.flush`` does, but closing the mover's connection afterwards."""
+    service = await call(provider.start_lockdown_service(mover), timeout, "start the crash report mover")
+    try:
+        await call(service.recvall(len(b"ping\x00")), timeout, "wait for the crash report mover")
+    finally:
+        with contextlib.suppress(Exception):
+            await call(service.close(), timeout, "close the crash report mover")
 
 
 async def _newest(manager: Any, process_name: str, since: float, seen: set[str]) -> str | None:

@@ -28,7 +28,7 @@ from orchestrator.devices.iphone.chips import chip_class, model_name
 from orchestrator.devices.iphone.connect import Connector, UsbConnector
 from orchestrator.devices.iphone.container import Container
 from orchestrator.devices.iphone.crash import latest_crash
-from orchestrator.devices.iphone.errors import call, classify, fixes, unavailable
+from orchestrator.devices.iphone.errors import call, classify, fixes, opened, unavailable
 from orchestrator.devices.iphone.launch import Outcome, launch_and_wait
 from orchestrator.devices.iphone.paths import UnsafeName, check_bundle_id, check_id, documents, result_place, spec_place
 from orchestrator.devices.iphone.telemetry import ThermalProbe, battery, last_thermal
@@ -118,7 +118,7 @@ class IphoneDevice(Device):
             ):
                 raise DeviceUnavailable(f"{self.id}: Developer Mode is off", fix["developer_mode_off"],
                                         "developer_mode_off")
-            async with MobileImageMounterService(lockdown=lockdown) as mounter:
+            async with opened(MobileImageMounterService(lockdown=lockdown), t, "the image mounter") as mounter:
                 image = image_type_for_device(lockdown)
                 if not await call(mounter.is_image_mounted(image), t, "look up the developer disk image"):
                     raise DeviceUnavailable(f"{self.id}: no {image} disk image mounted", fix["ddi_missing"],
@@ -212,8 +212,9 @@ class IphoneDevice(Device):
 
         lockdown = await self._lockdown("read telemetry")
         try:
-            async with DiagnosticsService(lockdown=lockdown) as diagnostics:
-                raw = await call(diagnostics.get_battery(), self.cfg.call_timeout_s, "read the battery")
+            t = self.cfg.call_timeout_s
+            async with opened(DiagnosticsService(lockdown=lockdown), t, "diagnostics") as diagnostics:
+                raw = await call(diagnostics.get_battery(), t, "read the battery")
         except Exception as exc:
             raise await self._guard(exc, "read telemetry") from exc
         battery_c, charging, missing = battery(raw)

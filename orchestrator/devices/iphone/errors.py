@@ -7,8 +7,9 @@ have none of their own, and a phone that stops answering must cost seconds, not 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
-from typing import TypeVar
+import contextlib
+from collections.abc import AsyncIterator, Awaitable
+from typing import Any, TypeVar
 
 from pymobiledevice3 import exceptions as pmd
 
@@ -27,6 +28,17 @@ async def call(awaitable: Awaitable[T], timeout: float, what: str) -> T:
         return await asyncio.wait_for(awaitable, timeout)
     except TimeoutError:
         raise DeviceTimeout(f"{what}: no answer within {timeout:g} s") from None
+
+
+@contextlib.asynccontextmanager
+async def opened(service: Any, timeout: float, what: str) -> AsyncIterator[Any]:
+    """``async with`` for a pymobiledevice3 service, its start and its close each bounded by ``timeout``."""
+    await call(service.connect(), timeout, f"start {what}")
+    try:
+        yield service
+    finally:
+        with contextlib.suppress(Exception):  # closing a connection that already died changes nothing
+            await call(service.close(), timeout, f"close {what}")
 
 
 def fixes(udid: str) -> dict[HealthState, str]:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.devices.iphone.container import Container
-from orchestrator.devices.iphone.errors import call
+from orchestrator.devices.iphone.errors import call, opened
 from orchestrator.devices.iphone.paths import check_bundle_id, marker_place
 
 if TYPE_CHECKING:
@@ -108,7 +108,7 @@ def quiet_progress() -> Iterator[None]:
 async def installed_apps(lockdown: LockdownServiceProvider, bundle_ids: list[str], timeout: float) -> dict[str, Any]:
     from pymobiledevice3.services.installation_proxy import InstallationProxyService
 
-    async with InstallationProxyService(lockdown=lockdown) as proxy:
+    async with opened(InstallationProxyService(lockdown=lockdown), timeout, "installation_proxy") as proxy:
         apps = await call(proxy.get_apps(application_type="Any", bundle_identifiers=bundle_ids), timeout, "list apps")
     return {k: v for k, v in apps.items() if k in bundle_ids and isinstance(v, dict)}
 
@@ -117,7 +117,7 @@ async def install(lockdown: LockdownServiceProvider, package: Path, timeout: flo
     from pymobiledevice3.services.installation_proxy import InstallationProxyService
 
     with quiet_progress():
-        async with InstallationProxyService(lockdown=lockdown) as proxy:
+        async with opened(InstallationProxyService(lockdown=lockdown), timeout, "installation_proxy") as proxy:
             await call(proxy.install_from_local(package), timeout, f"install {package.name}")
 
 
