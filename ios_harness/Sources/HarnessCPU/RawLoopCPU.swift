@@ -62,7 +62,7 @@ public final class RawLoopCPU: Engine {
                 ropeSin[p * half + i] = Float(Foundation.sin(theta))
             }
         }
-        scores = .allocate(capacity: pool.count * config.contextLength)
+        scores = .allocate(capacity: pool.parts * config.contextLength)
         logits = .allocate(capacity: config.vocab)
         logits.initialize(repeating: 0, count: config.vocab)
     }
@@ -112,7 +112,7 @@ public final class RawLoopCPU: Engine {
             guard t >= 0, Int(t) < c.vocab else { throw HarnessError(.badSpec, "token id \(t) outside the vocabulary") }
             weights.embed.dequantizeRow(Int(t), into: b.x + i * dim)
         }
-        let threads = pool.count
+        let parts = pool.parts
         let half = hd / 2
         for (li, layer) in weights.layers.enumerated() {
             // Attention block: norm, fused q/k/v rows, rope, cache, attention, output + residual.
@@ -120,7 +120,7 @@ public final class RawLoopCPU: Engine {
             b.prepDim.prepare(b.xn, count: m, q8: needQ8, q4: needQ4)
             let qkvRows = dim + 2 * kvDim
             pool.run { id in
-                let share = WorkerPool.share(qkvRows, id, threads)
+                let share = WorkerPool.share(qkvRows, id, parts)
                 let qr = share.clamped(to: 0..<dim)
                 let kr = share.clamped(to: dim..<(dim + kvDim))
                 let vr = share.clamped(to: (dim + kvDim)..<qkvRows)
@@ -145,7 +145,7 @@ public final class RawLoopCPU: Engine {
             let kvc = kv, scoreBase = scores, ctx = c.contextLength
             pool.run { id in
                 let scratch = scoreBase + id * ctx
-                for item in WorkerPool.share(items, id, threads) {
+                for item in WorkerPool.share(items, id, parts) {
                     let i = item / c.heads, h = item % c.heads
                     let off = (h / group) * hd
                     Ops.attend(
@@ -155,7 +155,7 @@ public final class RawLoopCPU: Engine {
             }
             b.prepDim.prepare(b.att, count: m, q8: needQ8, q4: needQ4)
             pool.run { id in
-                let rows = WorkerPool.share(dim, id, threads)
+                let rows = WorkerPool.share(dim, id, parts)
                 layer.o.multiply(rows: rows, input: b.prepDim, out: b.tmp, outStride: dim)
                 for i in 0..<m { for r in rows { b.x[i * dim + r] += b.tmp[i * dim + r] } }
             }
@@ -163,7 +163,7 @@ public final class RawLoopCPU: Engine {
             for i in 0..<m { Ops.rmsNorm(b.x + i * dim, layer.ffnNorm, b.xn + i * dim, count: dim, eps: c.normEps) }
             b.prepDim.prepare(b.xn, count: m, q8: needQ8, q4: needQ4)
             pool.run { id in
-                let rows = WorkerPool.share(hidden, id, threads)
+                let rows = WorkerPool.share(hidden, id, parts)
                 layer.gate.multiply(rows: rows, input: b.prepDim, out: b.gate, outStride: hidden)
                 layer.up.multiply(rows: rows, input: b.prepDim, out: b.up, outStride: hidden)
                 for i in 0..<m {
@@ -175,7 +175,7 @@ public final class RawLoopCPU: Engine {
             }
             b.prepHidden.prepare(b.hidden, count: m, q8: needQ8, q4: needQ4)
             pool.run { id in
-                let rows = WorkerPool.share(dim, id, threads)
+                let rows = WorkerPool.share(dim, id, parts)
                 layer.down.multiply(rows: rows, input: b.prepHidden, out: b.tmp, outStride: dim)
                 for i in 0..<m { for r in rows { b.x[i * dim + r] += b.tmp[i * dim + r] } }
             }
@@ -191,9 +191,9 @@ public final class RawLoopCPU: Engine {
         let c = config, b = buffers
         Ops.rmsNorm(b.x + lastColumn * c.dim, weights.outputNorm, b.xn, count: c.dim, eps: c.normEps)
         b.prepDim.prepare(b.xn, count: 1, q8: needQ8, q4: needQ4)
-        let threads = pool.count, vocab = c.vocab, out = logits, headMatrix = weights.head
+        let parts = pool.parts, vocab = c.vocab, out = logits, headMatrix = weights.head
         pool.run { id in
-            headMatrix.multiply(rows: WorkerPool.share(vocab, id, threads), input: b.prepDim, out: out, outStride: vocab)
+            headMatrix.multiply(rows: WorkerPool.share(vocab, id, parts), input: b.prepDim, out: out, outStride: vocab)
         }
         var best = 0
         for i in 1..<vocab where logits[i] > logits[best] { best = i }

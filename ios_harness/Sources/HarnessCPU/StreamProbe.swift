@@ -67,9 +67,9 @@ public struct StreamProbe {
         #endif
         // Fill in parallel (first touch places pages) with blocks whose f16 scales are 1.0.
         pool.run { id in
-            let r = WorkerPool.share(bufferBytes, id, threads)
+            let r = WorkerPool.share(bufferBytes / 8, id, pool.parts)
             var state = UInt64(id + 1) &* 0x9E37_79B9_7F4A_7C15
-            for i in stride(from: r.lowerBound, to: r.upperBound, by: 8) {
+            for i in stride(from: r.lowerBound * 8, to: r.upperBound * 8, by: 8) {
                 state = state &* 6364136223846793005 &+ 1442695040888963407
                 raw.storeBytes(of: state & 0x0F0F_0F0F_0F0F_0F0F, toByteOffset: i, as: UInt64.self)
             }
@@ -88,7 +88,7 @@ public struct StreamProbe {
         let blockBytes = pattern.hasPrefix("q4_0") ? 18 : 34
         let rowBytes = rowElements / 32 * blockBytes
         let rows = bufferBytes / rowBytes
-        let sink = UnsafeMutablePointer<UInt64>.allocate(capacity: threads * 8)
+        let sink = UnsafeMutablePointer<UInt64>.allocate(capacity: pool.parts * 8)
         defer { sink.deallocate() }
         let out = UnsafeMutablePointer<Float>.allocate(capacity: rows)
         defer { out.deallocate() }
@@ -97,14 +97,14 @@ public struct StreamProbe {
         case "stream":
             let bytes = bufferBytes / 64 * 64
             pass = {
-                pool.run { id in sink[id * 8] = Self.streamRead(raw, WorkerPool.share(bytes / 64, id, threads)) }
+                pool.run { id in sink[id * 8] = Self.streamRead(raw, WorkerPool.share(bytes / 64, id, pool.parts)) }
                 return bytes
             }
         case "q8_0_layout", "q4_0_layout":
             for r in 0..<rows { Self.setScales(raw + r * rowBytes, blocks: rowElements / 32, blockBytes: blockBytes) }
             pass = {
                 pool.run { id in
-                    sink[id * 8] = Self.blockRead(raw, rows: WorkerPool.share(rows, id, threads), rowBytes: rowBytes,
+                    sink[id * 8] = Self.blockRead(raw, rows: WorkerPool.share(rows, id, pool.parts), rowBytes: rowBytes,
                                                   blockBytes: blockBytes)
                 }
                 return rows * rowBytes
@@ -118,7 +118,7 @@ public struct StreamProbe {
             x.withUnsafeBufferPointer { input.prepare($0.baseAddress!, count: 1, q8: true, q4: true) }
             pass = {
                 pool.run { id in
-                    matrix.multiply(rows: WorkerPool.share(rows, id, threads), input: input, out: out, outStride: rows)
+                    matrix.multiply(rows: WorkerPool.share(rows, id, pool.parts), input: input, out: out, outStride: rows)
                 }
                 return rows * rowBytes
             }

@@ -4,23 +4,34 @@ import Synchronization
 import Glibc
 #endif
 
-/// A fixed set of threads that run one body per dispatch, the caller taking share 0.
+/// A fixed set of threads that run the parts of one dispatch; the caller works too.
 ///
-/// Dispatch is a generation counter the workers spin on, not a queue: a decode token is ~100
+/// A dispatch is `parts` independent pieces (contiguous row ranges). Threads claim parts from one
+/// ticket counter that also carries the dispatch's generation, so a thread that was descheduled
+/// (a shared machine) never holds up the others: whoever is running takes the remaining parts.
+/// Which thread computes a part never changes its bits: a part is one kernel over its rows.
+/// Dispatch is a generation counter the workers spin on, not a queue: a decode token is ~60
 /// dispatches, so a lock and a wake-up per dispatch would cost more than the work. Idle workers
 /// back off from spinning to yielding to short sleeps.
 final class WorkerPool: @unchecked Sendable {
     let count: Int
+    /// Parts per dispatch.
+    let parts: Int
     private let generation = Atomic<Int>(0)
-    private let pending = Atomic<Int>(0)
+    /// `generation << 24 | next unclaimed part` of the dispatch in flight.
+    private let ticket = Atomic<Int>(0)
+    private let done = Atomic<Int>(0)
+    private let exited = Atomic<Int>(0)
     private let stopping = Atomic<Bool>(false)
     private var body: ((Int) -> Void)?
     private var workers: [Thread] = []
+    private static let partBits = 24
 
-    init(threads: Int) {
+    init(threads: Int, partsPerThread: Int = 4) {
         count = max(1, threads)
+        parts = count == 1 ? 1 : count * partsPerThread
         for id in 1..<count {
-            let t = Thread { [unowned self] in self.work(id) }
+            let t = Thread { [unowned self] in self.work() }
             t.name = "rawloop-\(id)"
             t.start()
             workers.append(t)
@@ -33,11 +44,11 @@ final class WorkerPool: @unchecked Sendable {
     func stop() {
         if stopping.exchange(true, ordering: .sequentiallyConsistent) { return }
         generation.add(1, ordering: .releasing)
-        // Workers exit on their own; they hold `unowned self`, so wait until they have.
-        while pending.load(ordering: .acquiring) > -(count - 1) { sched_yield() }
+        // Workers hold `unowned self`: wait until they are gone.
+        while exited.load(ordering: .acquiring) < count - 1 { sched_yield() }
     }
 
-    /// Runs `body(i)` for i in 0..<count, i = 0 on the calling thread; returns when all are done.
+    /// Runs `body(part)` for every part in 0..<parts across the threads; returns when all are done.
     func run(_ body: (Int) -> Void) {
         if count == 1 {
             body(0)
@@ -45,19 +56,36 @@ final class WorkerPool: @unchecked Sendable {
         }
         withoutActuallyEscaping(body) { escaping in
             self.body = escaping
-            pending.store(count - 1, ordering: .relaxed)
-            generation.add(1, ordering: .releasing)
-            escaping(0)
+            let g = (generation.load(ordering: .relaxed) + 1) & ((1 << 30) - 1)
+            done.store(0, ordering: .relaxed)
+            ticket.store(g << Self.partBits, ordering: .releasing)
+            generation.store(g, ordering: .releasing)
+            claimParts(g)
             var spins = 0
-            while pending.load(ordering: .acquiring) != 0 {
+            while done.load(ordering: .acquiring) != parts {
                 spins += 1
-                if spins > 1 << 14 { sched_yield() }
+                if spins > 1 << 12 { sched_yield() }
             }
             self.body = nil
         }
     }
 
-    private func work(_ id: Int) {
+    /// Claims and runs parts of dispatch `g` until none is left (or `g` is over).
+    private func claimParts(_ g: Int) {
+        var t = ticket.load(ordering: .acquiring)
+        while t >> Self.partBits == g, t & ((1 << Self.partBits) - 1) < parts {
+            let (won, seen) = ticket.compareExchange(expected: t, desired: t + 1, ordering: .acquiringAndReleasing)
+            if won {
+                body!(t & ((1 << Self.partBits) - 1))
+                done.add(1, ordering: .releasing)
+                t = ticket.load(ordering: .acquiring)
+            } else {
+                t = seen
+            }
+        }
+    }
+
+    private func work() {
         var seen = 0
         while true {
             var spins = 0
@@ -66,24 +94,23 @@ final class WorkerPool: @unchecked Sendable {
                 spins += 1
                 if spins > 1 << 22 {
                     usleep(200)
-                } else if spins > 1 << 16 {
+                } else if spins > 1 << 14 {
                     sched_yield()
                 }
                 g = generation.load(ordering: .acquiring)
             }
             seen = g
             if stopping.load(ordering: .acquiring) {
-                pending.subtract(1, ordering: .releasing)
+                exited.add(1, ordering: .releasing)
                 return
             }
-            body!(id)
-            pending.subtract(1, ordering: .releasing)
+            claimParts(g)
         }
     }
 
-    /// The contiguous share of `total` items that worker `id` of `count` takes.
+    /// The contiguous share `part` of `parts` over `total` items.
     @inline(__always)
-    static func share(_ total: Int, _ id: Int, _ count: Int) -> Range<Int> {
-        (total * id / count)..<(total * (id + 1) / count)
+    static func share(_ total: Int, _ part: Int, _ parts: Int) -> Range<Int> {
+        (total * part / parts)..<(total * (part + 1) / parts)
     }
 }
