@@ -208,3 +208,30 @@ def test_thermal_probe_launch(tmp_path: Path) -> None:
         assert broken.thermal_state is None and "thermal_state" in broken.unavailable
 
     on_phone(tmp_path, body, thermal_probe=True)
+
+
+def test_a_competitor_apps_crash_is_found_under_its_own_name(tmp_path: Path) -> None:
+    from iphone_fakes import make_ipa
+
+    other = "com.example.competitor"
+    ipa = make_ipa(tmp_path / "c.ipa", other, process="Competitor")
+
+    async def body(device: Any, phone: FakePhone, _c: Any) -> None:
+        phone.modes[other] = "crash"
+        failure = await device.run_trial(contract_spec("litert", "/m", "phone-0001"), 30)
+        assert isinstance(failure, TrialFailure) and failure.kind == "crashed"
+        assert failure.detail and failure.detail.startswith("Competitor-")
+
+    on_phone(tmp_path, body, competitor_apps={other: str(ipa)}, engine_apps={"litert": other})
+
+
+def test_a_tunnel_that_cannot_open_is_launch_failed_with_its_fix(tmp_path: Path) -> None:
+    from orchestrator.devices.base import DeviceUnavailable
+
+    async def body(device: Any, phone: FakePhone, connector: Any) -> None:
+        connector.tunnel_error = DeviceUnavailable("in use", fix="set `tunnel: tunneld`", state="tunnel_unavailable")
+        failure = await device.run_trial(spec(), 30)
+        assert isinstance(failure, TrialFailure) and failure.kind == "launch_failed"
+        assert failure.detail == "set `tunnel: tunneld`" and phone.launches == []
+
+    on_phone(tmp_path, body)

@@ -62,7 +62,8 @@ def _diagnostics(phone: FakePhone, request: dict[str, Any]) -> list[dict[str, An
 
 
 def _app_record(app: dict[str, Any]) -> dict[str, Any]:
-    return {k: app[k] for k in ("CFBundleIdentifier", "CFBundleShortVersionString", "CFBundleVersion")}
+    keys = ("CFBundleIdentifier", "CFBundleShortVersionString", "CFBundleVersion", "CFBundleExecutable")
+    return {k: app[k] for k in keys if k in app}
 
 
 def _installation_proxy(phone: FakePhone, request: dict[str, Any]) -> list[dict[str, Any]]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from orchestrator.clock import Clock, SystemClock
 from orchestrator.config.fleet import IphoneDeviceConfig
@@ -28,9 +28,17 @@ from orchestrator.devices.iphone.chips import chip_class, model_name
 from orchestrator.devices.iphone.connect import Connector, UsbConnector
 from orchestrator.devices.iphone.container import Container
 from orchestrator.devices.iphone.crash import latest_crash
-from orchestrator.devices.iphone.errors import call, classify, fixes, opened, unavailable
+from orchestrator.devices.iphone.errors import call, fixes, opened, unavailable
 from orchestrator.devices.iphone.launch import Outcome, launch_and_wait
-from orchestrator.devices.iphone.paths import UnsafeName, check_bundle_id, check_id, documents, result_place, spec_place
+from orchestrator.devices.iphone.paths import (
+    Place,
+    UnsafeName,
+    check_bundle_id,
+    check_id,
+    documents,
+    result_place,
+    spec_place,
+)
 from orchestrator.devices.iphone.telemetry import ThermalProbe, battery, last_thermal
 from orchestrator.protocol import ThermalState, TrialResult, TrialSpec
 
@@ -245,22 +253,22 @@ class IphoneDevice(Device):
                                          place, PROBE_TIMEOUT_S, spec=None)
         except Exception:
             return None
-        if isinstance(outcome, Outcome) and outcome.kind == "done" and outcome.raw is not None:
+        if outcome.kind == "done" and outcome.raw is not None:
             with contextlib.suppress(ValueError):
                 return ThermalProbe.model_validate_json(outcome.raw)
         return None
 
     # -- trials ------------------------------------------------------------------------------------
     async def run_trial(self, spec: TrialSpec, timeout: float) -> TrialResult | TrialFailure:
+        """Push the spec, launch, and wait ``timeout`` seconds from the launch for the result."""
         try:
             return await self._run_trial(spec, timeout)
         except Exception as exc:  # the boundary's promise: a typed failure, never an exception
-            state = classify(exc, developer=True)
-            if state == "not_connected":
+            err = self._unavailable(exc, "trial", developer=True)
+            if err.state == "not_connected":
                 await self.connector.reset()
-                return TrialFailure(kind="disconnected", message=f"{type(exc).__name__}: {exc}")
-            return TrialFailure(kind="launch_failed", message=f"{type(exc).__name__}: {exc}",
-                                detail=fixes(self.cfg.udid).get(state))
+                return TrialFailure(kind="disconnected", message=str(err), detail=err.fix)
+            return TrialFailure(kind="launch_failed", message=str(err), detail=err.fix)
 
     async def _run_trial(self, spec: TrialSpec, timeout: float) -> TrialResult | TrialFailure:
         try:
@@ -272,18 +280,16 @@ class IphoneDevice(Device):
         args = ["--spec", spec_at.app, "--out", result_at.app]
         started = self.clock.wall()
         outcome = await self._launch(bundle, args, spec.trial_id, result_at, timeout, spec=spec)
-        if isinstance(outcome, TrialFailure):
-            return outcome
         if outcome.kind == "done" and outcome.raw is not None:
             mapped = result_or_failure(outcome.raw, spec)
             if isinstance(mapped, TrialResult) and (state := last_thermal(mapped)) is not None:
                 self._thermal = (self.clock.now(), state)
             return mapped
-        return await self._failure(outcome, started)
+        return await self._failure(outcome, bundle, started)
 
     async def _launch(
-        self, bundle: str, args: list[str], token: str, result_at: Any, timeout: float, *, spec: TrialSpec | None
-    ) -> Outcome | TrialFailure:
+        self, bundle: str, args: list[str], token: str, result_at: Place, timeout: float, *, spec: TrialSpec | None
+    ) -> Outcome:
         """Push the spec (if any), launch, wait, clean up. Faults before the launch raise."""
         cfg, t = self.cfg, self.cfg.call_timeout_s
         lockdown = await self.connector.lockdown()
@@ -306,7 +312,7 @@ class IphoneDevice(Device):
             await self.connector.reset()
         return outcome
 
-    async def _failure(self, outcome: Outcome, started: float) -> TrialFailure:
+    async def _failure(self, outcome: Outcome, bundle: str, started: float) -> TrialFailure:
         tail = outcome.tail()
         if outcome.kind == "hung":
             return TrialFailure(kind="hung", message=outcome.message, detail=tail)
@@ -320,8 +326,12 @@ class IphoneDevice(Device):
         # exited without a result: a crash report says why, if the phone wrote one
         crash = None
         with contextlib.suppress(Exception):
-            crash = await latest_crash(await self.connector.lockdown(), self.cfg.process_name, started,
-                                       self.cfg.call_timeout_s, self._crashes_seen)
+            lockdown = await self.connector.lockdown()
+            process = self.cfg.process_name
+            if bundle != self.cfg.bundle_id:  # a competitor app: its executable names its reports
+                app = (await inst.installed_apps(lockdown, [bundle], self.cfg.call_timeout_s)).get(bundle, {})
+                process = str(app.get("CFBundleExecutable") or bundle.rsplit(".", 1)[-1])
+            crash = await latest_crash(lockdown, process, started, self.cfg.call_timeout_s, self._crashes_seen)
         how = (f"signal {outcome.signal}" if outcome.signal else
                f"exit code {outcome.exit_code}" if outcome.exit_code is not None else "unknown status")
         message = f"app exited ({how}) without writing a result"
