@@ -145,7 +145,7 @@ def rank_cmd(
 ) -> None:
     """Re-rank the candidate table with measured runs: measured vs expected, audit headroom, gates."""
     from orchestrator.analysis.nightly import load_history_trials
-    from orchestrator.analysis.rank import OBS_COLUMNS, empty_observations, observations, rank
+    from orchestrator.analysis.rank import HISTORY_OBS_COLUMNS, empty_observations, observations, rank
     from orchestrator.config.candidates import load_candidates, load_ceilings
 
     try:
@@ -159,7 +159,7 @@ def rank_cmd(
     if history is not None:
         if not (history / "trials").is_dir():
             _bad_input(f"no nightly history under {history} (expected {history}/trials/night=*/)")
-        frames.append(load_history_trials(history, OBS_COLUMNS))
+        frames.append(load_history_trials(history, HISTORY_OBS_COLUMNS))
     obs = pd.concat([f for f in frames if len(f)], ignore_index=True) if any(len(f) for f in frames) else frames[0]
     ranked = rank(table, obs, ceil)
     _emit(ranked, fmt, dest, _table(f"Candidates ({candidates}; {len(runs or [])} run(s) joined)", ranked, {

@@ -114,12 +114,51 @@ def append_history(history: Path, night: str, trials: pd.DataFrame, nights: pd.D
         tmp.replace(part / f"{run_id}.parquet")
 
 
-def _read(history: Path, kind: str, columns: list[str] | None = None) -> pd.DataFrame:
+STRING_COLUMNS = ["run_id", "config", "device", "chip_class", "model", "runtime", "arm", "role", "build", "status",
+                  "failure_kind", "thermal_before", "thermal_after", "reference_build", "candidate_build", "verdict"]
+
+
+def compact_night(history: Path, night: str) -> None:
+    """Merge a night's per-run files into one per dataset (reading 400 nights then opens 400 files, not
+    thousands). Written to a temp name and renamed before the per-run files are removed."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    for kind in ("trials", "nights"):
+        part = history / kind / f"night={check_night(night)}"
+        files = sorted(part.glob("*.parquet"))
+        if len(files) < 2:
+            continue
+        table = pa.concat_tables([pq.read_table(f, partitioning=None) for f in files], promote_options="default")
+        tmp = part / ".compact.parquet.tmp"
+        pq.write_table(table, tmp)
+        name = f"night-{len(files)}-{files[-1].stem}.parquet"
+        tmp.replace(part / name)
+        for f in files:
+            if f.name != name:
+                f.unlink()
+
+
+def _read(history: Path, kind: str, columns: list[str] | None = None,
+          configs: list[str] | None = None) -> pd.DataFrame:
+    """A history dataset; strings come back categorical (cheap at tens of millions of rows), nights ordered."""
+    import pyarrow as pa
+    import pyarrow.dataset as ds
+
     root = history / kind
     if not root.is_dir() or not any(root.glob("night=*/*.parquet")):
         return pd.DataFrame(columns=[*(columns or []), "night"])
-    frame = pd.read_parquet(root, columns=[*columns, "night"] if columns else None)
-    frame["night"] = frame["night"].astype(str)
+    fmt = ds.ParquetFileFormat(read_options=ds.ParquetReadOptions(dictionary_columns=STRING_COLUMNS))
+    dataset = ds.dataset(root, format=fmt, partitioning="hive")
+    filt = ds.field("config").isin(configs) if configs is not None else None
+    table = dataset.to_table(columns=[*columns, "night"] if columns else None, filter=filt)
+    table = table.unify_dictionaries().combine_chunks()
+    night = table.column("night")
+    if not pa.types.is_dictionary(night.type):
+        table = table.set_column(table.schema.get_field_index("night"), "night", night.dictionary_encode())
+    frame = table.to_pandas()
+    labels = frame["night"].cat.rename_categories([str(c) for c in frame["night"].cat.categories])
+    frame["night"] = labels.cat.reorder_categories(sorted(labels.cat.categories), ordered=True)
     return frame
 
 
@@ -128,12 +167,26 @@ def load_nights(history: Path) -> pd.DataFrame:
     nights = _read(history, "nights")
     if not len(nights):
         return nights
+    cats = [c for c in nights.columns if isinstance(nights[c].dtype, pd.CategoricalDtype)]
+    nights = nights.astype(dict.fromkeys(cats, object))  # one row per night and device: plain strings are fine
     nights = nights.sort_values(["night", "run_id"], kind="stable")
     return nights.drop_duplicates(["night", "config", "device"], keep="last").reset_index(drop=True)
 
 
-def load_history_trials(history: Path, columns: list[str] | None = None) -> pd.DataFrame:
-    return _read(history, "trials", columns)
+def load_history_trials(history: Path, columns: list[str] | None = None,
+                        configs: list[str] | None = None) -> pd.DataFrame:
+    return _read(history, "trials", columns, configs)
+
+
+def _in(frame: pd.DataFrame, keys: set[tuple[str, str]]) -> pd.Series:
+    """Rows whose (config, device) is in keys, vectorized (history frames run to millions of rows)."""
+    mask = pd.Series(False, index=frame.index)
+    by_config: dict[str, list[str]] = {}
+    for c, d in keys:
+        by_config.setdefault(c, []).append(d)
+    for c, devices in by_config.items():
+        mask |= (frame["config"] == c) & frame["device"].isin(devices)
+    return mask
 
 
 # -- the alarm rule ------------------------------------------------------------------------------------
@@ -184,13 +237,12 @@ def _reason(status: str, slow: float, p: float, streak: int, rule: NightlyAlarm)
 
 
 # -- change points -------------------------------------------------------------------------------------
-def night_medians(trials: pd.DataFrame) -> pd.DataFrame:
-    """Per (config, device, night): median decode tok/s of each role and their ratio."""
-    ok = trials[(trials["status"] == "ok") & trials["decode_tok_s"].notna()]
-    med = ok.groupby(["config", "device", "night", "role"], observed=True, sort=True)["decode_tok_s"].median()
-    wide = med.unstack("role").reindex(columns=list(ROLES)).reset_index()
-    wide.columns.name = None
-    return wide.assign(ratio=wide["candidate"] / wide["reference"])
+def night_medians(nights: pd.DataFrame) -> pd.DataFrame:
+    """Per (config, device, night): each role's median decode tok/s and their ratio, from the nights
+    dataset (computed from the trial rows when each night ran: the detector never rescans them)."""
+    out = nights[["config", "device", "night", "median_reference", "median_candidate"]].rename(
+        columns={"median_reference": "reference", "median_candidate": "candidate"})
+    return out.assign(ratio=out["candidate"] / out["reference"]).sort_values(["config", "device", "night"])
 
 
 def changepoints(medians: pd.DataFrame, *, alpha: float = 0.01, min_size: int = 3) -> pd.DataFrame:
@@ -227,14 +279,11 @@ def summarize(history: Path, night: str, planned: Iterable[tuple[str, str]], rul
     planned = list(planned)
     table = alarms(load_nights(history), rules)
     keys = set(planned)
-    in_series = table[[(c, d) in keys for c, d in zip(table["config"], table["device"], strict=True)]]
+    in_series = table[_in(table, keys)] if len(table) else table
     tonight = in_series[in_series["night"] == night].reset_index(drop=True)
     have = set(zip(tonight["config"], tonight["device"], strict=True))
     missing = [(c, d, (why_missing or {}).get((c, d), "no comparison")) for c, d in planned if (c, d) not in have]
-    trials = load_history_trials(history, ["config", "device", "role", "status", "decode_tok_s"])
-    trials = trials[[(c, d) in keys for c, d in zip(trials["config"], trials["device"], strict=True)]]
-    changes = changepoints(night_medians(trials)) if len(trials) else changepoints(pd.DataFrame(
-        columns=["config", "device", "night", "reference", "candidate", "ratio"]))
+    changes = changepoints(night_medians(in_series))
     return NightSummary(night=night, tonight=tonight, changes=changes, missing=missing)
 
 
@@ -332,6 +381,7 @@ async def run_night(
         for s in outcome.manifest.sessions:
             planned.append((plan.name, s.device))
             why[(plan.name, s.device)] = f"session {ended.get(s.device, 'interrupted')} (run {run.run_id})"
+    compact_night(history, night)
     summary = summarize(history, night, planned, {p.name: rule_of(p) for p in plans}, why)
     out_dir = results / "nightly" / night
     junit = junit or out_dir / "junit.xml"

@@ -21,6 +21,8 @@ OBS_COLUMNS = [
     "run_id", "model", "chip_class", "device", "runtime", "status", "decode_tok_s", "bytes_per_decode_token",
     "probe_gb_s",
 ]
+# What ranking reads from a nightly history (tens of millions of rows): no per-row run ids.
+HISTORY_OBS_COLUMNS = [c for c in OBS_COLUMNS if c not in ("run_id", "device")]
 RANK_COLUMNS = [
     "rank", "seed_rank", "id", "target", "device_classes", "gate", "gate_status", "current_tok_s", "current_source",
     "expected_tok_s", "expected_source", "gain", "audit_ratio", "audit_bound_tok_s", "audit_reading", "runs", "why",
@@ -48,8 +50,10 @@ def _summarize(obs: pd.DataFrame) -> pd.DataFrame:
         decode_tok_s=("decode_tok_s", "median"), bytes_per_token=("bytes_per_decode_token", "median"),
         probe_gb_s=("probe_gb_s", "median"), n=("decode_tok_s", "size"),
     )
-    runs = g["run_id"].unique().map(lambda r: ",".join(sorted(map(str, r))[:3]) + ("..." if len(r) > 3 else ""))
-    return summary.assign(runs=runs).reset_index()
+    if "run_id" in ok.columns:
+        runs = g["run_id"].unique().map(lambda r: ",".join(sorted(map(str, r))[:3]) + ("..." if len(r) > 3 else ""))
+        return summary.assign(runs=runs).reset_index()
+    return summary.assign(runs="history").reset_index()
 
 
 def _fmt_range(r: Range | None) -> float:

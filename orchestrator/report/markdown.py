@@ -92,9 +92,7 @@ def _nightly(history: Path | None, manifest: Manifest) -> NightlyView | None:
         return None
     rule = nightly.rule_of(manifest.plan)
     table = nightly.alarms(nights, {manifest.plan.name: rule})
-    trials = nightly.load_history_trials(history, ["config", "device", "role", "status", "decode_tok_s"])
-    trials = trials[(trials["config"] == manifest.plan.name) & trials["device"].isin(devices)]
-    medians = nightly.night_medians(trials)
+    medians = nightly.night_medians(nights)
     return NightlyView(alarms=table, medians=medians, changes=nightly.changepoints(medians))
 
 
