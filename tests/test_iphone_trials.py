@@ -59,7 +59,7 @@ def test_a_stale_result_from_an_earlier_attempt_never_counts(tmp_path: Path) -> 
     on_phone(tmp_path, body)
 
 
-def test_crash_reads_the_crash_report(tmp_path: Path) -> None:
+def test_crash_reads_the_crash_report(tmp_path: Path, capfd: Any) -> None:
     async def body(device: Any, phone: FakePhone, _c: Any) -> None:
         phone.modes[HARNESS] = "crash"
         failure = await device.run_trial(spec(), 30)
@@ -71,6 +71,7 @@ def test_crash_reads_the_crash_report(tmp_path: Path) -> None:
         assert isinstance(again, TrialFailure) and "EXC_BAD_ACCESS" not in (again.detail or "")
 
     on_phone(tmp_path, body)
+    assert "terminated with exit code" not in capfd.readouterr().err, "the termination notice is data, not noise"
 
 
 def test_hang_is_killed_within_its_timeout(tmp_path: Path) -> None:
