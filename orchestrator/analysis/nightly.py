@@ -225,7 +225,7 @@ def alarms(nights: pd.DataFrame, rules: dict[str, NightlyAlarm]) -> pd.DataFrame
 def _reason(status: str, slow: float, p: float, streak: int, rule: NightlyAlarm) -> str:
     if status == "no data":
         return "no comparison tonight"
-    what = f"slowdown {slow:+.1%}, one-sided p={p:.4f}"
+    what = f"candidate {-slow:+.1%} vs reference, one-sided p(slower)={p:.4f}"
     if status == "alarm":
         if p < rule.single_p and slow >= rule.single_slowdown:
             return f"{what}: one night >= {rule.single_slowdown:.0%} with p < {rule.single_p:g}"

@@ -135,11 +135,12 @@ def history(medians: pd.DataFrame, alarms: pd.DataFrame, changes: pd.DataFrame) 
             ax.scatter(x[hit], a["ratio"].to_numpy()[hit], s=90, zorder=5, label=status, **style)
         nights = list(a["night"])
         cps = changes[(changes["config"] == config) & (changes["device"] == device)]
-        for night, signal, shift in zip(cps["night"], cps["signal"], cps["shift"], strict=True):
+        for night, g in cps.groupby("night", sort=True, observed=True):
             if night in nights:
                 k = nights.index(night)
+                label = ", ".join(f"{sig} {sh:+.1%}" for sig, sh in zip(g["signal"], g["shift"], strict=True))
                 ax.axvline(k - 0.5, color="#9467bd", ls="--", lw=1.2)
-                ax.text(k - 0.45, ax.get_ylim()[1], f" change: {signal} {shift:+.1%}", color="#9467bd", fontsize=8,
+                ax.text(k - 0.45, ax.get_ylim()[1], f" change point: {label}", color="#9467bd", fontsize=8,
                         va="top")
         step = max(1, len(nights) // 15)
         ax.set_xticks(x[::step], nights[::step], rotation=30, fontsize=8)
