@@ -40,6 +40,7 @@ from orchestrator.protocol import parse_result  # noqa: E402
 HARNESS_DIR = ROOT / "ios_harness"
 WIDTHS = (1, 4, 16)
 FAILED_LAUNCHES: list[dict[str, Any]] = []
+LOADS: list[float] = []
 
 
 def build_harness() -> Path:
@@ -62,35 +63,47 @@ def probe(harness: Path, work: Path) -> dict[str, Any]:
     return report
 
 
-def rawloop(
-    harness: Path, gguf: Path, width: int, args: argparse.Namespace, work: Path, threads: int | None = None
+def launch(
+    harness: Path, gguf: Path, width: int, seed: int, args: argparse.Namespace, work: Path, threads: int | None = None
 ) -> list[dict[str, Any]]:
-    rows = []
-    for launch in range(args.launches):
-        spec = {
-            "schema_version": 1, "run_id": "bench", "trial_id": f"{gguf.stem}-m{width}-{launch}",
-            "engine": "rawloop-cpu", "model": str(gguf), "prompt_tokens": args.prompt, "decode_tokens": args.decode,
-            "chunk_width": width, "warm_repetitions": args.warm, "seed": launch, "threads": threads,
-        }
-        spec_path, out = work / "spec.json", work / "result.json"
-        spec_path.write_text(json.dumps(spec))
-        for _attempt in range(3):
-            proc = subprocess.run([str(harness), "run", "--spec", str(spec_path), "--out", str(out)],
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-            if proc.returncode >= 0:
-                break
-            # Killed by a signal from outside (a shared machine): kept as data, then relaunched.
-            FAILED_LAUNCHES.append({"trial_id": spec["trial_id"], "signal": -proc.returncode})
-        if proc.returncode != 0:
-            raise SystemExit(f"harness failed on {spec['trial_id']}: {proc.returncode} {proc.stderr}")
-        r = parse_result(out.read_text())
-        assert r.trial1 is not None and r.bytes_per_decode_token is not None
-        for i, g in enumerate([r.trial1, *r.warm]):
-            rows.append({"launch": launch, "warm": i > 0, "decode_tok_s": g.decode_tok_s(),
-                         "prefill_tok_s": g.prefill_tok_s(args.prompt), "ttft_ms": g.ttft_ns / 1e6,
-                         "bytes_per_decode_token": r.bytes_per_decode_token,
-                         "bytes_per_prefill_token": r.bytes_per_prefill_token, "threads": r.threads})
-    return rows
+    """One fresh process: trial1 + warm generations; one row per generation."""
+    spec = {
+        "schema_version": 1, "run_id": "bench", "trial_id": f"{gguf.stem}-m{width}-t{threads}-{seed}",
+        "engine": "rawloop-cpu", "model": str(gguf), "prompt_tokens": args.prompt, "decode_tokens": args.decode,
+        "chunk_width": width, "warm_repetitions": args.warm, "seed": seed, "threads": threads,
+    }
+    spec_path, out = work / "spec.json", work / "result.json"
+    spec_path.write_text(json.dumps(spec))
+    for _attempt in range(3):
+        proc = subprocess.run([str(harness), "run", "--spec", str(spec_path), "--out", str(out)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        if proc.returncode >= 0:
+            break
+        # Killed by a signal from outside (a shared machine): kept as data, then relaunched.
+        FAILED_LAUNCHES.append({"trial_id": spec["trial_id"], "signal": -proc.returncode})
+    if proc.returncode != 0:
+        raise SystemExit(f"harness failed on {spec['trial_id']}: {proc.returncode} {proc.stderr}")
+    r = parse_result(out.read_text())
+    assert r.trial1 is not None and r.bytes_per_decode_token is not None
+    LOADS.append(os.getloadavg()[0])
+    return [{"launch": seed, "warm": i > 0, "decode_tok_s": g.decode_tok_s(),
+             "prefill_tok_s": g.prefill_tok_s(args.prompt), "ttft_ms": g.ttft_ns / 1e6,
+             "bytes_per_decode_token": r.bytes_per_decode_token,
+             "bytes_per_prefill_token": r.bytes_per_prefill_token, "threads": r.threads}
+            for i, g in enumerate([r.trial1, *r.warm])]
+
+
+def wait_for_quiet(threshold: float, limit_s: float) -> tuple[bool, float]:
+    """Waits until the 1-minute load average is below `threshold` (other work on a shared
+    machine), at most `limit_s` seconds; returns whether it got quiet and the load then."""
+    deadline = time.time() + limit_s
+    while True:
+        load = os.getloadavg()[0]
+        if load < threshold:
+            return True, load
+        if time.time() >= deadline:
+            return False, load
+        time.sleep(10)
 
 
 def llama_cpp(gguf: Path, args: argparse.Namespace) -> dict[str, Any] | None:
@@ -115,6 +128,8 @@ def main() -> None:
     p.add_argument("--decode", type=int, default=128)
     p.add_argument("--warm", type=int, default=3)
     p.add_argument("--launches", type=int, default=3)
+    p.add_argument("--quiet-load", type=float, default=0.6, help="wait for the 1-min load average below this")
+    p.add_argument("--quiet-wait", type=float, default=900, help="seconds to wait for quiet at most")
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "harness")
     args = p.parse_args()
 
@@ -124,14 +139,22 @@ def main() -> None:
     if not all(g.exists() for g in ggufs.values()):
         make_model("llama", args.size, args.seed, mdir, formats=("Q8_0", "Q4_0"))
 
+    quiet, quiet_load = wait_for_quiet(args.quiet_load, args.quiet_wait)
     started = time.time()
     load_before = os.getloadavg()
     info = run_json([str(harness), "info"])
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         probe_report = probe(harness, work)
-        runs = {fmt: {m: rawloop(harness, g, m, args, work) for m in WIDTHS} for fmt, g in ggufs.items()}
-        single = {fmt: rawloop(harness, g, 16, args, work, threads=1) for fmt, g in ggufs.items()}
+        # Interleaved: every launch round visits every configuration, so a burst of outside load
+        # lands on all of them rather than on one.
+        runs: dict[str, dict[int, list[dict[str, Any]]]] = {fmt: {m: [] for m in WIDTHS} for fmt in ggufs}
+        single: dict[str, list[dict[str, Any]]] = {fmt: [] for fmt in ggufs}
+        for seed in range(args.launches):
+            for fmt, g in ggufs.items():
+                for m in WIDTHS:
+                    runs[fmt][m] += launch(harness, g, m, seed, args, work)
+                single[fmt] += launch(harness, g, 16, seed, args, work, threads=1)
         probe_after = probe(harness, work)
     llama = {fmt: llama_cpp(g, args) for fmt, g in ggufs.items()}
     load_after = os.getloadavg()
@@ -165,7 +188,9 @@ def main() -> None:
         "harness_build": info["harness_build"], "python": platform.python_version(),
         "command": "bench/harness_bench.py " + " ".join(sys.argv[1:]), "args": vars(args) | {"out": str(args.out)},
         "probe": {"before": probe_report, "after": probe_after}, "table": table,
-        "load_average": {"before": load_before, "after": load_after}, "runs": runs, "runs_1_thread": single,
+        "load_average": {"before": load_before, "after": load_after, "after_each_launch": LOADS,
+                         "quiet_reached": quiet, "at_start": quiet_load},
+        "runs": runs, "runs_1_thread": single,
         "failed_launches": FAILED_LAUNCHES,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -202,8 +227,9 @@ def main() -> None:
         )
     lines += [
         "",
-        f"Load average before / after: {load_before[0]:.2f} / {load_after[0]:.2f} (the machine is shared: "
-        f"other work on the cores shows up as spread). Launches killed from outside and relaunched: "
+        f"1-min load average: {load_before[0]:.2f} at start ({'quiet' if quiet else 'NOT quiet'}: threshold "
+        f"{args.quiet_load}), max {max(LOADS):.2f} after a launch, {load_after[0]:.2f} at the end (the machine is "
+        f"shared: other work on the cores shows up as spread). Launches killed from outside and relaunched: "
         f"{len(FAILED_LAUNCHES)}.",
         "",
         "Goal: decode effective GB/s >= 0.8 x stream: "

@@ -45,7 +45,9 @@ public final class RawLoopCPU: Engine {
         guard config.headDim % 8 == 0 else {
             throw HarnessError(.badModel, "head dim \(config.headDim) is not a multiple of 8")
         }
-        weights = try LlamaWeights(file: file, config: config)
+        var w = try LlamaWeights(file: file, config: config)
+        w.repack()
+        weights = w
         let types = weights.weightTypes
         needQ8 = types.contains(.q8_0)
         needQ4 = types.contains(.q4_0)

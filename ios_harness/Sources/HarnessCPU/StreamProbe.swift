@@ -112,7 +112,7 @@ public struct StreamProbe {
         default:
             for r in 0..<rows { Self.setScales(raw + r * rowBytes, blocks: rowElements / 32, blockBytes: blockBytes) }
             let type: GGMLType = pattern.hasPrefix("q4_0") ? .q4_0 : .q8_0
-            let matrix = WeightMatrix(probe: UnsafeRawPointer(raw), rows: rows, cols: rowElements, type: type)
+            let matrix = WeightMatrix(probe: UnsafeRawPointer(raw), rows: rows, cols: rowElements, type: type).assumingRepacked()
             let input = PreparedInput(length: rowElements, maxColumns: 1)
             let x = (0..<rowElements).map { Float(($0 * 7919) % 255) / 255 - 0.5 }
             x.withUnsafeBufferPointer { input.prepare($0.baseAddress!, count: 1, q8: true, q4: true) }
@@ -136,8 +136,10 @@ public struct StreamProbe {
                            bestGBPerS: rates.last!, medianGBPerS: rates[rates.count / 2], repeats: repeats)
     }
 
+    /// Scales of 1.0 where a repacked row keeps them (after its quants).
     private static func setScales(_ row: UnsafeMutableRawPointer, blocks: Int, blockBytes: Int) {
-        for b in 0..<blocks { row.storeBytes(of: UInt16(0x3C00), toByteOffset: b * blockBytes, as: UInt16.self) }
+        let scales = row + blocks * (blockBytes - 2)
+        for b in 0..<blocks { scales.storeBytes(of: UInt16(0x3C00), toByteOffset: b * 2, as: UInt16.self) }
     }
 
     /// Reads 64-byte vectors `range` (in vector units), folding them so the loads stay live.

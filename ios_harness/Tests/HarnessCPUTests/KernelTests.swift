@@ -33,31 +33,40 @@ import Testing
         var rng = Rng(s: 42)
         let rows = 7, columns = 6
         let bytes = makeRows(type, rows: rows, cols: cols, rng: &rng)
+        var packed = bytes
         let x = (0..<(cols * columns)).map { _ in rng.float() }
-        try bytes.withUnsafeBytes { wb in
-            let m = WeightMatrix(probe: wb.baseAddress!, rows: rows, cols: cols, type: type)
-            let input = PreparedInput(length: cols, maxColumns: columns)
-            var out = [Float](repeating: 0, count: rows * columns)
-            x.withUnsafeBufferPointer { input.prepare($0.baseAddress!, count: columns, q8: true, q4: true) }
-            out.withUnsafeMutableBufferPointer { m.multiply(rows: 0..<rows, input: input, out: $0.baseAddress!, outStride: rows) }
-            var single = [Float](repeating: 0, count: rows)
-            var deq = [Float](repeating: 0, count: cols)
-            for c in 0..<columns {
-                let one = PreparedInput(length: cols, maxColumns: 1)
-                x.withUnsafeBufferPointer { one.prepare($0.baseAddress! + c * cols, count: 1, q8: true, q4: true) }
-                single.withUnsafeMutableBufferPointer { m.multiply(rows: 0..<rows, input: one, out: $0.baseAddress!, outStride: rows) }
-                for r in 0..<rows {
-                    // Chunked columns give the one-column bits.
-                    #expect(out[c * rows + r].bitPattern == single[r].bitPattern)
-                    deq.withUnsafeMutableBufferPointer { m.dequantizeRow(r, into: $0.baseAddress!) }
-                    var ref: Double = 0
-                    var scale: Double = 0
-                    for i in 0..<cols {
-                        ref += Double(deq[i]) * Double(x[c * cols + i])
-                        scale += abs(Double(deq[i]) * Double(x[c * cols + i]))
+        // The reference dequantizes the GGUF order; the kernels run on the repacked copy.
+        try bytes.withUnsafeBytes { gguf in
+            try packed.withUnsafeMutableBytes { pb in
+                WeightMatrix.repack(pb.baseAddress!, rows: rows, cols: cols, type: type)
+                let original = WeightMatrix(probe: gguf.baseAddress!, rows: rows, cols: cols, type: type)
+                let m = WeightMatrix(probe: UnsafeRawPointer(pb.baseAddress!), rows: rows, cols: cols, type: type).assumingRepacked()
+                let input = PreparedInput(length: cols, maxColumns: columns)
+                var out = [Float](repeating: 0, count: rows * columns)
+                x.withUnsafeBufferPointer { input.prepare($0.baseAddress!, count: columns, q8: true, q4: true) }
+                out.withUnsafeMutableBufferPointer { m.multiply(rows: 0..<rows, input: input, out: $0.baseAddress!, outStride: rows) }
+                var single = [Float](repeating: 0, count: rows)
+                var deq = [Float](repeating: 0, count: cols)
+                var deqPacked = [Float](repeating: 0, count: cols)
+                for c in 0..<columns {
+                    let one = PreparedInput(length: cols, maxColumns: 1)
+                    x.withUnsafeBufferPointer { one.prepare($0.baseAddress! + c * cols, count: 1, q8: true, q4: true) }
+                    single.withUnsafeMutableBufferPointer { m.multiply(rows: 0..<rows, input: one, out: $0.baseAddress!, outStride: rows) }
+                    for r in 0..<rows {
+                        // Chunked columns give the one-column bits.
+                        #expect(out[c * rows + r].bitPattern == single[r].bitPattern)
+                        deq.withUnsafeMutableBufferPointer { original.dequantizeRow(r, into: $0.baseAddress!) }
+                        deqPacked.withUnsafeMutableBufferPointer { m.dequantizeRow(r, into: $0.baseAddress!) }
+                        #expect(deq == deqPacked)
+                        var ref: Double = 0
+                        var scale: Double = 0
+                        for i in 0..<cols {
+                            ref += Double(deq[i]) * Double(x[c * cols + i])
+                            scale += abs(Double(deq[i]) * Double(x[c * cols + i]))
+                        }
+                        // Activation quantization to int8 bounds the error by ~1% of sum |w x|.
+                        try #require(abs(Double(out[c * rows + r]) - ref) <= 0.01 * scale + 1e-6)
                     }
-                    // Activation quantization to int8 bounds the error by ~1% of sum |w x|.
-                    try #require(abs(Double(out[c * rows + r]) - ref) <= 0.01 * scale + 1e-6)
                 }
             }
         }

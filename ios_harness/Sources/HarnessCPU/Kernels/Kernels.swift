@@ -23,28 +23,46 @@ enum Kernels {
         let magnitude = Float(bitPattern: (h & 0x7FFF) &<< 13) * 0x1p112
         return Float(bitPattern: magnitude.bitPattern | ((h & 0x8000) &<< 16))
     }
+
+    /// Converts a repacked row's `blocks` f16 scales (at `scales`) into `ws`, eight at a time;
+    /// `ws[blocks]` is set to 0 (the empty half of an odd Q4_0 pair).
+    @inline(__always)
+    static func rowScales(_ scales: UnsafeRawPointer, blocks: Int, into ws: UnsafeMutablePointer<Float>) {
+        var b = 0
+        let out = UnsafeMutableRawPointer(ws)
+        while b &+ 8 <= blocks {
+            out.storeBytes(of: SIMD8<Float>(scales.loadUnaligned(fromByteOffset: b &* 2, as: SIMD8<Float16>.self)),
+                           toByteOffset: b &* 4, as: SIMD8<Float>.self)
+            b &+= 8
+        }
+        while b < blocks {
+            ws[b] = half(scales + b &* 2)
+            b &+= 1
+        }
+        ws[blocks] = 0
+    }
 }
 
-/// Q8_0: 34-byte blocks (f16 scale, 32 x int8).
+/// Q8_0 rows, repacked at load (`WeightMatrix.repack`): the row's 32-byte int8 quant blocks
+/// back to back, then its f16 scales. Same bytes as the GGUF row, in an order that loads whole
+/// vectors: the scales of a row convert eight at a time (`Kernels.rowScales`).
 enum Q8_0Kernel {
     /// Splits a block's int8 weights into even and odd elements, sign-extended to int16.
     @inline(__always)
-    static func unpack(_ block: UnsafeRawPointer) -> (SIMD16<Int16>, SIMD16<Int16>) {
-        let a = unsafeBitCast(block.loadUnaligned(fromByteOffset: 2, as: SIMD32<Int8>.self), to: SIMD16<Int16>.self)
+    static func unpack(_ quants: UnsafeRawPointer) -> (SIMD16<Int16>, SIMD16<Int16>) {
+        let a = unsafeBitCast(quants.loadUnaligned(as: SIMD32<Int8>.self), to: SIMD16<Int16>.self)
         return ((a &<< 8) &>> 8, a &>> 8)
     }
 
-    /// One row against one column.
+    /// One row against one column; `ws` holds the row's block scales as floats.
     @inline(__always)
-    static func dot1(_ row: UnsafeRawPointer, blocks: Int, x: UnsafePointer<SIMD16<Int16>>, xd: UnsafePointer<Float>) -> Float {
+    static func dot1(_ row: UnsafeRawPointer, ws: UnsafePointer<Float>, blocks: Int,
+                     x: UnsafePointer<SIMD16<Int16>>, xd: UnsafePointer<Float>) -> Float {
         var acc = SIMD8<Float>()
-        var p = row
         for b in 0..<blocks {
-            let dw = Kernels.half(p)
-            let (e, o) = unpack(p)
+            let (e, o) = unpack(row + b &* 32)
             let s = e &* x[2 &* b] &+ o &* x[2 &* b &+ 1]
-            acc += Kernels.pairsToFloat(s) * (dw * xd[b])
-            p += 34
+            acc += Kernels.pairsToFloat(s) * (ws[b] * xd[b])
         }
         return acc.sum()
     }
@@ -52,31 +70,29 @@ enum Q8_0Kernel {
     /// One row against four columns `colStride` vectors / `scaleStride` scales apart.
     @inline(__always)
     static func dot4(
-        _ row: UnsafeRawPointer, blocks: Int, x: UnsafePointer<SIMD16<Int16>>, colStride: Int,
-        xd: UnsafePointer<Float>, scaleStride: Int
+        _ row: UnsafeRawPointer, ws: UnsafePointer<Float>, blocks: Int, x: UnsafePointer<SIMD16<Int16>>,
+        colStride: Int, xd: UnsafePointer<Float>, scaleStride: Int
     ) -> (Float, Float, Float, Float) {
         var a0 = SIMD8<Float>(), a1 = SIMD8<Float>(), a2 = SIMD8<Float>(), a3 = SIMD8<Float>()
         let x1 = x + colStride, x2 = x1 + colStride, x3 = x2 + colStride
         let d1 = xd + scaleStride, d2 = d1 + scaleStride, d3 = d2 + scaleStride
-        var p = row
         for b in 0..<blocks {
-            let dw = Kernels.half(p)
-            let (e, o) = unpack(p)
-            let i = 2 &* b, j = i &+ 1
-            a0 += Kernels.pairsToFloat(e &* x[i] &+ o &* x[j]) * (dw * xd[b])
-            a1 += Kernels.pairsToFloat(e &* x1[i] &+ o &* x1[j]) * (dw * d1[b])
-            a2 += Kernels.pairsToFloat(e &* x2[i] &+ o &* x2[j]) * (dw * d2[b])
-            a3 += Kernels.pairsToFloat(e &* x3[i] &+ o &* x3[j]) * (dw * d3[b])
-            p += 34
+            let (e, o) = unpack(row + b &* 32)
+            let w = ws[b], i = 2 &* b, j = i &+ 1
+            a0 += Kernels.pairsToFloat(e &* x[i] &+ o &* x[j]) * (w * xd[b])
+            a1 += Kernels.pairsToFloat(e &* x1[i] &+ o &* x1[j]) * (w * d1[b])
+            a2 += Kernels.pairsToFloat(e &* x2[i] &+ o &* x2[j]) * (w * d2[b])
+            a3 += Kernels.pairsToFloat(e &* x3[i] &+ o &* x3[j]) * (w * d3[b])
         }
         return (a0.sum(), a1.sum(), a2.sum(), a3.sum())
     }
 }
 
-/// Q4_0: 18-byte blocks (f16 scale, 16 bytes: element j in the low nibble of byte j,
-/// element j + 16 in the high nibble), value = nibble - 8.
+/// Q4_0 rows, repacked at load: the row's 16-byte quant blocks back to back (element j in the
+/// low nibble of byte j, element j + 16 in the high nibble, value = nibble - 8), then its f16
+/// scales.
 ///
-/// Blocks go in pairs: the two blocks' 16 quant bytes fill one 16-lane vector of uint16, whose
+/// Blocks go in pairs: the two blocks' 32 quant bytes are one 16-lane vector of uint16, whose
 /// four nibble planes line up with the four input vectors of `PreparedInput.q4`; the -8 offset
 /// rides in a fifth, precomputed input vector. An odd last block runs as a pair with an empty
 /// second half (zero inputs, zero scale), so its arithmetic is the same code.
@@ -100,16 +116,11 @@ enum Q4_0Kernel {
                 unsafeBitCast(l &>> 12, to: SIMD16<Int16>.self))
     }
 
-    /// The quant bytes of blocks `b` and `b + 1` (or zeros past the last block) and their scales.
+    /// The quant bytes of blocks `b` and `b + 1` (zeros past the last block).
     @inline(__always)
-    static func pair(_ row: UnsafeRawPointer, _ b: Int, blocks: Int) -> (SIMD16<UInt16>, Float, Float) {
-        let p = row + b &* 18
-        let first = p.loadUnaligned(fromByteOffset: 2, as: SIMD8<UInt16>.self)
-        if b &+ 1 < blocks {
-            return (SIMD16(lowHalf: first, highHalf: p.loadUnaligned(fromByteOffset: 20, as: SIMD8<UInt16>.self)),
-                    Kernels.half(p), Kernels.half(p + 18))
-        }
-        return (SIMD16(lowHalf: first, highHalf: SIMD8()), Kernels.half(p), 0)
+    static func pair(_ row: UnsafeRawPointer, _ b: Int, blocks: Int) -> SIMD16<UInt16> {
+        if b &+ 1 < blocks { return row.loadUnaligned(fromByteOffset: b &* 16, as: SIMD16<UInt16>.self) }
+        return SIMD16(lowHalf: row.loadUnaligned(fromByteOffset: b &* 16, as: SIMD8<UInt16>.self), highHalf: SIMD8())
     }
 
     @inline(__always)
@@ -117,15 +128,15 @@ enum Q4_0Kernel {
         SIMD8(lowHalf: SIMD4(repeating: da), highHalf: SIMD4(repeating: db))
     }
 
-    /// `x` holds 5 vectors per block pair; `xd` one scale per block (zero-padded to even).
+    /// `x` holds 5 vectors per block pair; `xd` and `ws` one scale per block, zero-padded to even.
     @inline(__always)
-    static func dot1(_ row: UnsafeRawPointer, blocks: Int, x: UnsafePointer<SIMD16<Int16>>, xd: UnsafePointer<Float>) -> Float {
+    static func dot1(_ row: UnsafeRawPointer, ws: UnsafePointer<Float>, blocks: Int,
+                     x: UnsafePointer<SIMD16<Int16>>, xd: UnsafePointer<Float>) -> Float {
         var acc = SIMD8<Float>()
         var b = 0
         while b < blocks {
-            let (l, wa, wb) = pair(row, b, blocks: blocks)
-            let (n0, n1, n2, n3) = nibbles(l)
-            acc += pairLanes(n0, n1, n2, n3, x + (b &>> 1) &* 5) * scales(wa * xd[b], wb * xd[b &+ 1])
+            let (n0, n1, n2, n3) = nibbles(pair(row, b, blocks: blocks))
+            acc += pairLanes(n0, n1, n2, n3, x + (b &>> 1) &* 5) * scales(ws[b] * xd[b], ws[b &+ 1] * xd[b &+ 1])
             b &+= 2
         }
         return acc.sum()
@@ -133,17 +144,17 @@ enum Q4_0Kernel {
 
     @inline(__always)
     static func dot4(
-        _ row: UnsafeRawPointer, blocks: Int, x: UnsafePointer<SIMD16<Int16>>, colStride: Int,
-        xd: UnsafePointer<Float>, scaleStride: Int
+        _ row: UnsafeRawPointer, ws: UnsafePointer<Float>, blocks: Int, x: UnsafePointer<SIMD16<Int16>>,
+        colStride: Int, xd: UnsafePointer<Float>, scaleStride: Int
     ) -> (Float, Float, Float, Float) {
         var a0 = SIMD8<Float>(), a1 = SIMD8<Float>(), a2 = SIMD8<Float>(), a3 = SIMD8<Float>()
         let x1 = x + colStride, x2 = x1 + colStride, x3 = x2 + colStride
         let d1 = xd + scaleStride, d2 = d1 + scaleStride, d3 = d2 + scaleStride
         var b = 0
         while b < blocks {
-            let (l, wa, wb) = pair(row, b, blocks: blocks)
-            let (n0, n1, n2, n3) = nibbles(l)
+            let (n0, n1, n2, n3) = nibbles(pair(row, b, blocks: blocks))
             let v = (b &>> 1) &* 5, c = b &+ 1
+            let wa = ws[b], wb = ws[c]
             a0 += pairLanes(n0, n1, n2, n3, x + v) * scales(wa * xd[b], wb * xd[c])
             a1 += pairLanes(n0, n1, n2, n3, x1 + v) * scales(wa * d1[b], wb * d1[c])
             a2 += pairLanes(n0, n1, n2, n3, x2 + v) * scales(wa * d2[b], wb * d2[c])

@@ -8,6 +8,8 @@ struct WeightMatrix {
     let cols: Int
     let type: GGMLType
     let rowBytes: Int
+    /// Whether the rows are in the kernels' order (`repack`); the GGUF order otherwise.
+    private(set) var repacked = false
 
     var byteCount: Int { rows * rowBytes }
 
@@ -31,39 +33,34 @@ struct WeightMatrix {
     /// Columns go in groups of four sharing each weight load (the row stays in L1 across the
     /// chunk); the per-column arithmetic is the one-column kernel's.
     func multiply(rows range: Range<Int>, input: PreparedInput, out: UnsafeMutablePointer<Float>, outStride: Int) {
+        precondition(repacked || type == .f32, "quantized matrices are multiplied in repacked order")
         let columns = input.columns
         let nb = input.blocks
         switch type {
-        case .q8_0:
-            let x = UnsafePointer(input.q8), xd = UnsafePointer(input.scales)
-            let xs = input.q8Stride, ds = input.scaleStride
-            for r in range {
-                let row = data + r &* rowBytes
-                var c = 0
-                while c &+ 4 <= columns {
-                    let v = Q8_0Kernel.dot4(row, blocks: nb, x: x + c &* xs, colStride: xs, xd: xd + c &* ds, scaleStride: ds)
-                    store(v, out, c, outStride, r)
-                    c &+= 4
-                }
-                while c < columns {
-                    out[c &* outStride &+ r] = Q8_0Kernel.dot1(row, blocks: nb, x: x + c &* xs, xd: xd + c &* ds)
-                    c &+= 1
-                }
-            }
-        case .q4_0:
-            let x = UnsafePointer(input.q4), xd = UnsafePointer(input.scales)
-            let xs = input.q4Stride, ds = input.scaleStride
-            for r in range {
-                let row = data + r &* rowBytes
-                var c = 0
-                while c &+ 4 <= columns {
-                    let v = Q4_0Kernel.dot4(row, blocks: nb, x: x + c &* xs, colStride: xs, xd: xd + c &* ds, scaleStride: ds)
-                    store(v, out, c, outStride, r)
-                    c &+= 4
-                }
-                while c < columns {
-                    out[c &* outStride &+ r] = Q4_0Kernel.dot1(row, blocks: nb, x: x + c &* xs, xd: xd + c &* ds)
-                    c &+= 1
+        case .q8_0, .q4_0:
+            let q8 = type == .q8_0
+            let x = UnsafePointer(q8 ? input.q8 : input.q4), xd = UnsafePointer(input.scales)
+            let xs = q8 ? input.q8Stride : input.q4Stride, ds = input.scaleStride
+            let quantBytes = rowBytes - nb &* 2
+            withUnsafeTemporaryAllocation(of: Float.self, capacity: nb + 1) { buffer in
+                let ws = buffer.baseAddress!
+                for r in range {
+                    let row = data + r &* rowBytes
+                    Kernels.rowScales(row + quantBytes, blocks: nb, into: ws)
+                    var c = 0
+                    while c &+ 4 <= columns {
+                        let v = q8
+                            ? Q8_0Kernel.dot4(row, ws: ws, blocks: nb, x: x + c &* xs, colStride: xs, xd: xd + c &* ds, scaleStride: ds)
+                            : Q4_0Kernel.dot4(row, ws: ws, blocks: nb, x: x + c &* xs, colStride: xs, xd: xd + c &* ds, scaleStride: ds)
+                        store(v, out, c, outStride, r)
+                        c &+= 4
+                    }
+                    while c < columns {
+                        out[c &* outStride &+ r] = q8
+                            ? Q8_0Kernel.dot1(row, ws: ws, blocks: nb, x: x + c &* xs, xd: xd + c &* ds)
+                            : Q4_0Kernel.dot1(row, ws: ws, blocks: nb, x: x + c &* xs, xd: xd + c &* ds)
+                        c &+= 1
+                    }
                 }
             }
         case .f32:
@@ -86,30 +83,65 @@ struct WeightMatrix {
         out[(c &+ 3) &* stride &+ r] = v.3
     }
 
-    /// Row `r` as floats (the embedding lookup).
+    /// Row `r` as floats (the embedding lookup), in either order.
     func dequantizeRow(_ r: Int, into out: UnsafeMutablePointer<Float>) {
         let row = data + r * rowBytes
+        let nb = cols / 32
+        // Byte offsets of block b's scale and quants.
+        func at(_ b: Int, _ quant: Int) -> (scale: Int, quants: Int) {
+            repacked ? (nb * quant + b * 2, b * quant) : (b * (quant + 2), b * (quant + 2) + 2)
+        }
         switch type {
         case .f32:
             out.update(from: row.assumingMemoryBound(to: Float.self), count: cols)
         case .q8_0:
-            for b in 0..<(cols / 32) {
-                let blk = row + b * 34
-                let d = Kernels.half(blk)
-                for i in 0..<32 { out[b * 32 + i] = d * Float(blk.load(fromByteOffset: 2 + i, as: Int8.self)) }
+            for b in 0..<nb {
+                let (s, q) = at(b, 32)
+                let d = Kernels.half(row + s)
+                for i in 0..<32 { out[b * 32 + i] = d * Float(row.load(fromByteOffset: q + i, as: Int8.self)) }
             }
         case .q4_0:
-            for b in 0..<(cols / 32) {
-                let blk = row + b * 18
-                let d = Kernels.half(blk)
+            for b in 0..<nb {
+                let (s, qs) = at(b, 16)
+                let d = Kernels.half(row + s)
                 for j in 0..<16 {
-                    let q = blk.load(fromByteOffset: 2 + j, as: UInt8.self)
+                    let q = row.load(fromByteOffset: qs + j, as: UInt8.self)
                     out[b * 32 + j] = d * Float(Int(q & 0xF) - 8)
                     out[b * 32 + j + 16] = d * Float(Int(q >> 4) - 8)
                 }
             }
         case .f16:
             fatalError("F16 matrices are rejected at load")
+        }
+    }
+
+    /// Reorders every GGUF row of `rows` x `cols` at `data` in place from blocks of
+    /// (f16 scale, quants) to (all quants, all scales): same bytes, vector-friendly order.
+    mutating func repack() {
+        if !repacked { Self.repack(UnsafeMutableRawPointer(mutating: data), rows: rows, cols: cols, type: type) }
+        repacked = true
+    }
+
+    /// A view of rows already in repacked order (the stream probe's buffers).
+    func assumingRepacked() -> WeightMatrix {
+        var m = self
+        m.repacked = true
+        return m
+    }
+
+    static func repack(_ data: UnsafeMutableRawPointer, rows: Int, cols: Int, type: GGMLType) {
+        guard type == .q8_0 || type == .q4_0 else { return }
+        let (_, blockBytes) = type.block
+        let quant = blockBytes - 2, nb = cols / 32, rowBytes = nb * blockBytes
+        let tmp = UnsafeMutableRawPointer.allocate(byteCount: rowBytes, alignment: 64)
+        defer { tmp.deallocate() }
+        for r in 0..<rows {
+            let row = data + r * rowBytes
+            for b in 0..<nb {
+                (tmp + b * quant).copyMemory(from: row + b * blockBytes + 2, byteCount: quant)
+                (tmp + nb * quant + b * 2).copyMemory(from: row + b * blockBytes, byteCount: 2)
+            }
+            row.copyMemory(from: tmp, byteCount: rowBytes)
         }
     }
 }

@@ -4,16 +4,16 @@ import HarnessCore
 struct LlamaWeights {
     struct Layer {
         let attnNorm: UnsafePointer<Float>
-        let q, k, v, o: WeightMatrix
+        var q, k, v, o: WeightMatrix
         let ffnNorm: UnsafePointer<Float>
-        let gate, up, down: WeightMatrix
+        var gate, up, down: WeightMatrix
     }
 
-    let embed: WeightMatrix
-    let layers: [Layer]
+    private(set) var embed: WeightMatrix
+    private(set) var layers: [Layer]
     let outputNorm: UnsafePointer<Float>
     /// `output.weight`, or the embedding when the head is tied.
-    let head: WeightMatrix
+    private(set) var head: WeightMatrix
     let tied: Bool
 
     init(file: GGUFFile, config c: LlamaConfig) throws {
@@ -71,6 +71,19 @@ struct LlamaWeights {
     /// head, read once per prompt for the last token only, is left out.
     func bytesPerPrefillToken(chunkWidth m: Int) -> Int {
         embed.rowBytes + (layerBytes + m - 1) / m
+    }
+
+    /// Puts every quantized matrix into the kernels' row order, in place, each tensor once
+    /// (a tied head is the embedding).
+    mutating func repack() {
+        embed.repack()
+        if tied { head = embed } else { head.repack() }
+        layers = layers.map { l in
+            var l = l
+            l.q.repack(); l.k.repack(); l.v.repack(); l.o.repack()
+            l.gate.repack(); l.up.repack(); l.down.repack()
+            return l
+        }
     }
 
     var weightTypes: Set<GGMLType> {
