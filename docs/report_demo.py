@@ -57,7 +57,8 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="orch-demo-"))
     plan = tmp / "nightly.yaml"
     plan.write_text((ROOT / "configs" / "plans" / "nightly.yaml").read_text().replace(
-        "devices: [iphone17pro]", "devices: [iphone17pro, mac-m4]\nretry: {max_attempts: 1, max_consecutive_failures: 20}"))
+        "devices: [iphone17pro]",
+        "devices: [iphone17pro, mac-m4]\nretry: {max_attempts: 1, max_consecutive_failures: 20}"))
     results = tmp / "results"
     for night in range(1, NIGHTS + 1):
         f = tmp / f"fleet-{night}.yaml"

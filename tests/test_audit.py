@@ -99,3 +99,45 @@ def test_bad_ceiling_file_is_located(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as exc:
         load_ceilings(bad)
     assert "c.yaml:4: chips.A19 Pro.stream_gbs: unknown field" in str(exc.value)
+
+
+def test_cli_audit_and_its_bad_inputs(tmp_path: Path) -> None:
+    import json
+
+    import typer
+    from typer.testing import CliRunner
+
+    from orchestrator.cli_analysis import register
+
+    app = typer.Typer()
+    register(app)
+    runner = CliRunner()
+    results = tmp_path / "r"
+
+    def make(device: dict[str, object]) -> str:
+        f, p = tmp_path / "f.yaml", tmp_path / "p.yaml"
+        f.write_text(json.dumps(fleet_of(device).model_dump(mode="json", exclude_defaults=True)))
+        plan = plan_with(model="gemma-4-e2b-qat-mixed", retry={"max_attempts": 1, "max_consecutive_failures": 50})
+        p.write_text(json.dumps(plan.model_dump(mode="json", exclude_defaults=True)))
+        run = core.start_run(core.new_manifest(*core.load_inputs(f, p), f, p), results)
+        asyncio.run(core.execute(run))
+        return run.run_id
+
+    good = make(sim_device(runtimes={"coreai": {"bytes_per_token": 783e6, "efficiency": 0.48},
+                                     "rawloop-metal": {"bytes_per_token": 783e6, "efficiency": 0.73}}))
+    res = runner.invoke(app, ["audit", good, "--results", str(results)])
+    assert res.exit_code == 0 and "raw-loop candidate" in res.output and "Prefill" in res.output, res.output
+    res = runner.invoke(app, ["audit", good, "--results", str(results), "--format", "json"])
+    assert res.exit_code == 0 and len(json.loads(res.output)) == 2
+    dead = make(sim_device("dead", faults={"crash": 1.0}))
+    res = runner.invoke(app, ["audit", dead, "--results", str(results)])
+    assert res.exit_code == 2 and "no finished trials" in res.output
+    res = runner.invoke(app, ["rank", dead, "--results", str(results)])
+    assert res.exit_code == 2 and "no finished trials" in res.output
+    bad = tmp_path / "cands.yaml"
+    bad.write_text("candidates: []\nextra: 1\n")
+    res = runner.invoke(app, ["rank", "--candidates", str(bad)])
+    assert res.exit_code == 2 and "extra: unknown field" in res.output
+    res = runner.invoke(app, ["rank", good, "--results", str(results), "--format", "csv",
+                              "--candidates", str(ROOT / "configs" / "candidates.yaml")])
+    assert res.exit_code == 0 and res.output.startswith("rank,seed_rank,id"), res.output
