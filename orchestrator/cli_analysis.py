@@ -173,11 +173,12 @@ def rank_cmd(
 
 
 def nightly_cmd(
-    fleet: Annotated[Path, typer.Option(help="Fleet file")],
-    plan: Annotated[list[Path], typer.Option(help="Nightly plan (repeat: one config each)")],
-    reference: Annotated[str, typer.Option(help="The pinned reference build")],
-    candidate: Annotated[str, typer.Option(help="Tonight's candidate build")],
+    fleet: Annotated[Path | None, typer.Option(help="Fleet file")] = None,
+    plan: Annotated[list[Path] | None, typer.Option(help="Nightly plan (repeat: one config each)")] = None,
+    reference: Annotated[str | None, typer.Option(help="The pinned reference build")] = None,
+    candidate: Annotated[str | None, typer.Option(help="Tonight's candidate build")] = None,
     night: Annotated[str | None, typer.Option(help="Night label (default: today, UTC)")] = None,
+    resume: Annotated[list[str] | None, typer.Option(help="Finish an interrupted night's run (repeat)")] = None,
     results: Results = Path("results"),
     history: Annotated[Path | None, typer.Option(help="History dataset (default RESULTS/history)")] = None,
     junit: Annotated[Path | None, typer.Option(help="JUnit XML (default RESULTS/nightly/NIGHT/junit.xml)")] = None,
@@ -187,13 +188,20 @@ def nightly_cmd(
     from orchestrator.analysis.nightly import NightlyInputError, run_night
 
     night = night or datetime.now(UTC).strftime("%Y-%m-%d")
+    pending: list[list[str]] = [[]]
     try:
         outcome = asyncio.run(run_night(
-            fleet, plan, reference=reference, candidate=candidate, night=night, results=results,
-            history=history or results / "history", junit=junit, summary_md=summary,
+            fleet, plan or [], reference=reference, candidate=candidate, night=night, results=results,
+            history=history or results / "history", junit=junit, summary_md=summary, resume=resume,
+            on_start=pending.append,
         ))
-    except (ConfigError, NightlyInputError) as exc:
+    except (ConfigError, NightlyInputError, RunNotFound) as exc:
         _bad_input(str(exc))
+    except KeyboardInterrupt:
+        again = " ".join(f"--resume {r}" for r in pending[-1])
+        err.print(f"interrupted: the journal is intact. Finish the night with: orch nightly {again} --night {night}"
+                  f" --results {results}")
+        raise typer.Exit(130) from None
     s = outcome.summary
     tonight = s.tonight.assign(builds=s.tonight["candidate_build"] + " vs " + s.tonight["reference_build"])
     out.print(_table(f"Nightly {night}: runs {', '.join(outcome.run_ids)}", tonight, {

@@ -135,3 +135,24 @@ def test_cli_nightly_exit_codes_junit_and_summary(tmp_path: Path) -> None:
     res = runner.invoke(app, [*args[:4], str(ROOT / "configs" / "plans" / "sim-ab.yaml"), *args[5:],
                               "--candidate", "x"])
     assert res.exit_code == 2 and "same runtime" in res.output
+
+
+def test_an_interrupted_night_resumes_once_into_the_history(tmp_path: Path, nightly_plan: Plan) -> None:
+    from orchestrator import app as core
+    from orchestrator.config import load_fleet
+
+    results = tmp_path / "r"
+    pinned = pin_builds(nightly_plan, "ref", "candidate-good")
+    run = core.start_run(core.new_manifest(load_fleet(SIM_LAB), pinned, SIM_LAB, NIGHTLY), results)
+    app = typer.Typer()
+    register(app)
+    runner = CliRunner()
+    for _ in range(2):  # a second resume of the same run must not count its trials twice
+        res = runner.invoke(app, ["nightly", "--resume", run.run_id, "--night", "2026-04-01",
+                                  "--results", str(results)])
+        assert res.exit_code == 0, res.output
+    trials = load_history_trials(results / "history")
+    assert len(trials) == 80 and set(trials["run_id"]) == {run.run_id}
+    assert len(load_nights(results / "history")) == 1
+    res = runner.invoke(app, ["nightly", "--resume", run.run_id, "--fleet", str(SIM_LAB), "--results", str(results)])
+    assert res.exit_code == 2 and "drop the rest" in res.output

@@ -15,7 +15,7 @@ medians from the trials dataset) is the second, slower signal.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -122,14 +122,22 @@ def compact_night(history: Path, night: str) -> None:
     """Merge a night's per-run files into one per dataset (reading 400 nights then opens 400 files, not
     thousands). Written to a temp name and renamed before the per-run files are removed."""
     import pyarrow as pa
+    import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
     for kind in ("trials", "nights"):
         part = history / kind / f"night={check_night(night)}"
-        files = sorted(part.glob("*.parquet"))
+        files = sorted(part.glob("*.parquet"), key=lambda f: (f.stat().st_mtime_ns, f.name))
         if len(files) < 2:
             continue
-        table = pa.concat_tables([pq.read_table(f, partitioning=None) for f in files], promote_options="default")
+        # A run appended again (resumed after an interruption) replaces its earlier rows: newest file wins.
+        tables, seen = [], pa.array([], pa.string())
+        for f in reversed(files):
+            t = pq.read_table(f, partitioning=None)
+            runs = pc.cast(t.column("run_id"), pa.string())
+            tables.append(t.filter(pc.invert(pc.is_in(runs, value_set=seen))))
+            seen = pa.concat_arrays([seen, pc.unique(runs).combine_chunks()])
+        table = pa.concat_tables(tables[::-1], promote_options="default")
         tmp = part / ".compact.parquet.tmp"
         pq.write_table(table, tmp)
         name = f"night-{len(files)}-{files[-1].stem}.parquet"
@@ -350,29 +358,42 @@ class NightlyOutcome:
 
 
 async def run_night(
-    fleet_path: Path, plan_paths: list[Path], *, reference: str, candidate: str, night: str, results: Path,
-    history: Path, junit: Path | None = None, summary_md: Path | None = None,
+    fleet_path: Path | None, plan_paths: list[Path], *, reference: str | None, candidate: str | None, night: str,
+    results: Path, history: Path, junit: Path | None = None, summary_md: Path | None = None,
+    resume: list[str] | None = None, on_start: Callable[[list[str]], None] = lambda run_ids: None,
 ) -> NightlyOutcome:
     """Run each nightly plan (reference and candidate builds interleaved per device, through the run
     machinery: manifest, journal, settle gate), append to the history, apply the rule, write the reports.
+    With ``resume`` (run ids of an interrupted night): finish those runs instead, then the same.
+    ``on_start`` hears, before each run, the ids of the runs not finished yet (what to resume).
 
-    Raises ``ConfigError`` / ``NightlyInputError`` on bad input, before any trial.
+    Raises ``ConfigError`` / ``NightlyInputError`` / ``RunNotFound`` on bad input, before any trial.
     """
     from orchestrator import app as core
-    from orchestrator.results.store import stops
+    from orchestrator.results.store import RunDir, find_run, stops
 
     check_night(night)
-    if not plan_paths:
-        raise NightlyInputError("give at least one --plan")
-    loaded = [core.load_inputs(fleet_path, p) for p in plan_paths]
-    fleet = loaded[0][0]
-    plans = [pin_builds(plan, reference, candidate) for _, plan in loaded]
-    names = [p.name for p in plans]
-    if len(set(names)) != len(names):
-        raise NightlyInputError(f"nightly plans need distinct names (configs): {', '.join(names)}")
+    runs: list[RunDir] = []
+    if resume:
+        if fleet_path or plan_paths or reference or candidate:
+            raise NightlyInputError("--resume takes fleet, plans and builds from the runs' manifests: drop the rest")
+        runs = [find_run(results, r) for r in resume]
+    else:
+        if fleet_path is None or not plan_paths or reference is None or candidate is None:
+            raise NightlyInputError("orch nightly needs --fleet, --plan, --reference and --candidate "
+                                    "(or --resume RUN_ID)")
+        loaded = [core.load_inputs(fleet_path, p) for p in plan_paths]
+        fleet = loaded[0][0]
+        pinned = [pin_builds(plan, reference, candidate) for _, plan in loaded]
+        names = [p.name for p in pinned]
+        if len(set(names)) != len(names):
+            raise NightlyInputError(f"nightly plans need distinct names (configs): {', '.join(names)}")
+        runs = [core.start_run(core.new_manifest(fleet, plan, fleet_path, path), results)
+                for plan, path in zip(pinned, plan_paths, strict=True)]
+    plans = [r.manifest().plan for r in runs]
     planned, why, run_ids = [], {}, []
-    for plan, path in zip(plans, plan_paths, strict=True):
-        run = core.start_run(core.new_manifest(fleet, plan, fleet_path, path), results)
+    for i, (run, plan) in enumerate(zip(runs, plans, strict=True)):
+        on_start([r.run_id for r in runs[i:]])
         outcome = await core.execute(run)
         run_ids.append(run.run_id)
         append_history(history, night, history_rows(outcome.trials, outcome.manifest),
