@@ -25,7 +25,7 @@ let package = Package(
         .target(name: "HarnessCore"),
         .target(name: "HarnessCPU", dependencies: ["HarnessCore"], swiftSettings: cpuFlags),
         // Every file here is wrapped whole in `#if canImport(Metal)`: Linux compiles it to nothing.
-        .target(name: "HarnessMetal", dependencies: ["HarnessCore", "HarnessCPU"]),
+        .target(name: "HarnessMetal", dependencies: ["HarnessCore", "HarnessCPU"], exclude: ["README.md"]),
         .executableTarget(
             name: "harness",
             dependencies: ["HarnessCore", "HarnessCPU", "HarnessMetal"]

@@ -154,7 +154,8 @@ def test_f32_engine_matches_an_independent_reference(tmp_path: Path, t1: Path) -
     """Same tokens as a numpy llama on the HF weights: rope layout, GQA, norms and head agree."""
     prompt = [1, 17, 42, 99, 200, 7, 63]
     code, r, _ = _run_spec(tmp_path, _spec(t1 / "model-F32.gguf", prompt_tokens=len(prompt), prompt_ids=prompt,
-                                           decode_tokens=12, chunk_width=4, warm_repetitions=0))
+                                           decode_tokens=12, chunk_width=4, warm_repetitions=0,
+                                           tuning={"kv_cache": "f32"}))
     assert code == 0 and r.trial1 is not None
     assert r.trial1.token_ids == _reference_greedy(t1, prompt, 12)
 

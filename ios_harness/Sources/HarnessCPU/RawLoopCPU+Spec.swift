@@ -19,10 +19,17 @@ extension RawLoopCPU {
             threads = v
         }
         if let t = spec.threads { threads = t }
+        var kv = RawLoopCPU.KVType.f16
+        if let t = tuning["kv_cache"] {
+            guard case .string(let name) = t, let k = RawLoopCPU.KVType(rawValue: name) else {
+                throw HarnessError(.badTuning, "kv_cache must be \"f16\" or \"f32\"")
+            }
+            kv = k
+        }
         if let bad = spec.clearCaches.first(where: { !clearableCaches.contains($0) }) {
             throw HarnessError(.badSpec, "rawloop-cpu cannot clear cache '\(bad)' (knows: \(clearableCaches.sorted().joined(separator: ", ")))")
         }
-        let engine = try RawLoopCPU(modelPath: spec.model, threads: threads,
+        let engine = try RawLoopCPU(modelPath: spec.model, threads: threads, kvCache: kv,
                                     dropPageCache: spec.clearCaches.contains("page_cache"))
         return (engine, spec.clearCaches.sorted())
     }

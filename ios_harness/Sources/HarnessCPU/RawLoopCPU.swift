@@ -12,10 +12,10 @@ public final class RawLoopCPU: Engine {
     /// Bumped whenever kernel arithmetic changes (results are only comparable within a version).
     public static let engineVersion = "rawloop-cpu 1"
     /// Tuning parameters this engine accepts.
-    public static let tuningKeys: Set<String> = ["threads"]
+    public static let tuningKeys: Set<String> = ["threads", "kv_cache"]
 
     public let name = RawLoopCPU.engineName
-    public let version = RawLoopCPU.engineVersion
+    public var version: String { "\(RawLoopCPU.engineVersion) (kv \(kvType.rawValue))" }
     public let config: LlamaConfig
     public let file: GGUFFile
     let weights: LlamaWeights
@@ -39,7 +39,15 @@ public final class RawLoopCPU: Engine {
     public var weightTypes: [String] { weights.weightTypes.map(\.description).sorted() }
     public var tiedHead: Bool { weights.tied }
 
-    public init(modelPath: String, threads: Int, dropPageCache: Bool = false) throws {
+    /// KV cache element type: f16 (half the attention traffic, the default) or f32.
+    public enum KVType: String, Sendable {
+        case f16, f32
+    }
+
+    public let kvType: KVType
+
+    public init(modelPath: String, threads: Int, kvCache: KVType = .f16, dropPageCache: Bool = false) throws {
+        kvType = kvCache
         file = try GGUFFile(path: modelPath, dropPageCache: dropPageCache)
         config = try LlamaConfig(file: file)
         guard config.headDim % 8 == 0 else {
@@ -52,7 +60,7 @@ public final class RawLoopCPU: Engine {
         needQ8 = types.contains(.q8_0)
         needQ4 = types.contains(.q4_0)
         pool = WorkerPool(threads: threads)
-        kv = KVCache(config: config)
+        kv = KVCache(config: config, half: kvCache == .f16)
         buffers = Buffers(config: config, columns: 1)
         let half = config.headDim / 2
         ropeCos = .allocate(capacity: config.contextLength * half)
@@ -139,8 +147,13 @@ public final class RawLoopCPU: Engine {
                 let pos = p0 + i
                 Ops.rope(b.q + i * dim, heads: c.heads, headDim: hd, cos: ropeCos + pos * half, sin: ropeSin + pos * half)
                 Ops.rope(b.k + i * kvDim, heads: c.kvHeads, headDim: hd, cos: ropeCos + pos * half, sin: ropeSin + pos * half)
-                kv.key(li, pos).update(from: b.k + i * kvDim, count: kvDim)
-                kv.value(li, pos).update(from: b.v + i * kvDim, count: kvDim)
+                if kv.half {
+                    KVFloat16.store(b.k + i * kvDim, count: kvDim, to: kv.key(li, pos))
+                    KVFloat16.store(b.v + i * kvDim, count: kvDim, to: kv.value(li, pos))
+                } else {
+                    KVFloat32.store(b.k + i * kvDim, count: kvDim, to: kv.key(li, pos))
+                    KVFloat32.store(b.v + i * kvDim, count: kvDim, to: kv.value(li, pos))
+                }
             }
             let group = c.heads / c.kvHeads
             let items = m * c.heads
@@ -149,10 +162,16 @@ public final class RawLoopCPU: Engine {
                 let scratch = scoreBase + id * ctx
                 for item in WorkerPool.share(items, id, parts) {
                     let i = item / c.heads, h = item % c.heads
-                    let off = (h / group) * hd
-                    Ops.attend(
-                        q: b.q + i * dim + h * hd, keys: kvc.key(li, 0) + off, values: kvc.value(li, 0) + off,
-                        stride: kvDim, pos: p0 + i, headDim: hd, scores: scratch, out: b.att + i * dim + h * hd)
+                    let off = (h / group) * hd * (kvc.half ? 2 : 4)
+                    let keys = UnsafeRawPointer(kvc.key(li, 0) + off), values = UnsafeRawPointer(kvc.value(li, 0) + off)
+                    let q = b.q + i * dim + h * hd, out = b.att + i * dim + h * hd
+                    if kvc.half {
+                        Ops.attend(KVFloat16.self, q: q, keys: keys, values: values, stride: kvDim, pos: p0 + i,
+                                   headDim: hd, scores: scratch, out: out)
+                    } else {
+                        Ops.attend(KVFloat32.self, q: q, keys: keys, values: values, stride: kvDim, pos: p0 + i,
+                                   headDim: hd, scores: scratch, out: out)
+                    }
                 }
             }
             b.prepDim.prepare(b.att, count: m, q8: needQ8, q4: needQ4)

@@ -64,7 +64,7 @@ final class WorkerPool: @unchecked Sendable {
             var spins = 0
             while done.load(ordering: .acquiring) != parts {
                 spins += 1
-                if spins > 1 << 12 { sched_yield() }
+                if spins > 1 << 16 { sched_yield() }
             }
             self.body = nil
         }
@@ -92,9 +92,11 @@ final class WorkerPool: @unchecked Sendable {
             var g = generation.load(ordering: .acquiring)
             while g == seen {
                 spins += 1
-                if spins > 1 << 22 {
+                // Between the dispatches of a token the caller runs short serial steps (norms,
+                // input quantization): spin through those; yield only when the gap is longer.
+                if spins > 1 << 24 {
                     usleep(200)
-                } else if spins > 1 << 14 {
+                } else if spins > 1 << 18 {
                     sched_yield()
                 }
                 g = generation.load(ordering: .acquiring)

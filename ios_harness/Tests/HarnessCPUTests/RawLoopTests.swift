@@ -11,8 +11,9 @@ import Testing
     }
 
     /// Greedy generation recording the bits of every logit vector (prefill's last, then each decode).
-    func generate(_ path: String, threads: Int, chunk: Int, prompt: [Int32], steps: Int) throws -> Run {
-        let e = try RawLoopCPU(modelPath: path, threads: threads)
+    func generate(_ path: String, threads: Int, chunk: Int, prompt: [Int32], steps: Int,
+                  kv: RawLoopCPU.KVType = .f16) throws -> Run {
+        let e = try RawLoopCPU(modelPath: path, threads: threads, kvCache: kv)
         func bits() -> [UInt32] { (0..<e.vocabSize).map { e.logits[$0].bitPattern } }
         var token = try e.prefill(prompt, chunkWidth: chunk)
         var run = Run(tokens: [token], logits: [bits()])
@@ -30,11 +31,13 @@ import Testing
     func chunkedPrefillIsBitIdentical(_ name: String) throws {
         let parts = name.split(separator: "/").map(String.init)
         let path = ModelFixtures.path(parts[0], parts[1])
-        let sequential = try generate(path, threads: 2, chunk: 1, prompt: Self.prompt, steps: 12)
-        for m in [4, 16] {
-            let chunked = try generate(path, threads: 2, chunk: m, prompt: Self.prompt, steps: 12)
-            #expect(chunked.tokens == sequential.tokens, "M=\(m)")
-            #expect(chunked.logits == sequential.logits, "M=\(m) logits differ")
+        for kv in [RawLoopCPU.KVType.f16, .f32] {
+            let sequential = try generate(path, threads: 2, chunk: 1, prompt: Self.prompt, steps: 12, kv: kv)
+            for m in [4, 16] {
+                let chunked = try generate(path, threads: 2, chunk: m, prompt: Self.prompt, steps: 12, kv: kv)
+                #expect(chunked.tokens == sequential.tokens, "M=\(m) kv=\(kv)")
+                #expect(chunked.logits == sequential.logits, "M=\(m) kv=\(kv): logits differ")
+            }
         }
     }
 
@@ -101,6 +104,9 @@ import Testing
         let s = TrialSpec(runId: "r", trialId: "t", engine: "rawloop-cpu", model: ModelFixtures.path("t1", "Q8_0"),
                           promptTokens: 4, decodeTokens: 4)
         #expect(throws: HarnessError.self) { _ = try RawLoopCPU.make(spec: s, tuning: ["tile": .int(4)]) }
+        #expect(throws: HarnessError.self) { _ = try RawLoopCPU.make(spec: s, tuning: ["kv_cache": .string("q8")]) }
+        let (e, _) = try RawLoopCPU.make(spec: s, tuning: ["kv_cache": .string("f32"), "threads": .int(1)])
+        #expect(e.version.hasSuffix("(kv f32)") && e.threads == 1)
         var c = s
         c.clearCaches = ["gpu_shader_cache"]
         #expect(throws: HarnessError.self) { _ = try RawLoopCPU.make(spec: c, tuning: [:]) }

@@ -31,20 +31,56 @@ final class Buffers {
     }
 }
 
-/// Keys and values per layer and position, f32: `[layer][position][kvDim]`.
-final class KVCache {
-    let keys: UnsafeMutablePointer<Float>
-    let values: UnsafeMutablePointer<Float>
-    let layerStride: Int
-    let kvDim: Int
+/// How the KV cache stores keys and values; attention reads eight at a time as floats.
+protocol KVElement {
+    static var bytes: Int { get }
+    /// Eight values at `p` as floats.
+    static func load8(_ p: UnsafeRawPointer) -> SIMD8<Float>
+    /// Stores `count` floats (a multiple of 8) at `p`.
+    static func store(_ x: UnsafePointer<Float>, count: Int, to p: UnsafeMutableRawPointer)
+}
 
-    init(config c: LlamaConfig) {
-        kvDim = c.kvDim
-        layerStride = c.contextLength * c.kvDim
-        keys = .allocate(capacity: c.layers * layerStride)
-        values = .allocate(capacity: c.layers * layerStride)
-        keys.initialize(repeating: 0, count: c.layers * layerStride)
-        values.initialize(repeating: 0, count: c.layers * layerStride)
+enum KVFloat32: KVElement {
+    static var bytes: Int { 4 }
+    @inline(__always) static func load8(_ p: UnsafeRawPointer) -> SIMD8<Float> { p.loadUnaligned(as: SIMD8<Float>.self) }
+    @inline(__always) static func store(_ x: UnsafePointer<Float>, count: Int, to p: UnsafeMutableRawPointer) {
+        p.copyMemory(from: x, byteCount: count * 4)
+    }
+}
+
+/// Half the KV traffic of f32 (as llama.cpp's default); conversions are exact one way
+/// (f16 -> f32) and round-to-nearest the other, the same for every chunk width.
+enum KVFloat16: KVElement {
+    static var bytes: Int { 2 }
+    @inline(__always) static func load8(_ p: UnsafeRawPointer) -> SIMD8<Float> {
+        SIMD8<Float>(p.loadUnaligned(as: SIMD8<Float16>.self))
+    }
+    @inline(__always) static func store(_ x: UnsafePointer<Float>, count: Int, to p: UnsafeMutableRawPointer) {
+        let src = UnsafeRawPointer(x)
+        for i in stride(from: 0, to: count, by: 8) {
+            p.storeBytes(of: SIMD8<Float16>(src.loadUnaligned(fromByteOffset: i * 4, as: SIMD8<Float>.self)),
+                         toByteOffset: i * 2, as: SIMD8<Float16>.self)
+        }
+    }
+}
+
+/// Keys and values per layer and position: `[layer][position][kvDim]` elements of `element`.
+final class KVCache {
+    let half: Bool
+    let keys: UnsafeMutableRawPointer
+    let values: UnsafeMutableRawPointer
+    /// Bytes per layer and per position.
+    let layerStride: Int
+    let rowBytes: Int
+
+    init(config c: LlamaConfig, half: Bool) {
+        self.half = half
+        rowBytes = c.kvDim * (half ? 2 : 4)
+        layerStride = c.contextLength * rowBytes
+        keys = .allocate(byteCount: c.layers * layerStride, alignment: 64)
+        values = .allocate(byteCount: c.layers * layerStride, alignment: 64)
+        keys.initializeMemory(as: UInt8.self, repeating: 0, count: c.layers * layerStride)
+        values.initializeMemory(as: UInt8.self, repeating: 0, count: c.layers * layerStride)
     }
 
     deinit {
@@ -52,11 +88,11 @@ final class KVCache {
         values.deallocate()
     }
 
-    @inline(__always) func key(_ layer: Int, _ pos: Int) -> UnsafeMutablePointer<Float> {
-        keys + (layer &* layerStride &+ pos &* kvDim)
+    @inline(__always) func key(_ layer: Int, _ pos: Int) -> UnsafeMutableRawPointer {
+        keys + (layer &* layerStride &+ pos &* rowBytes)
     }
 
-    @inline(__always) func value(_ layer: Int, _ pos: Int) -> UnsafeMutablePointer<Float> {
-        values + (layer &* layerStride &+ pos &* kvDim)
+    @inline(__always) func value(_ layer: Int, _ pos: Int) -> UnsafeMutableRawPointer {
+        values + (layer &* layerStride &+ pos &* rowBytes)
     }
 }

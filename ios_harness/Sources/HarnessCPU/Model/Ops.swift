@@ -45,16 +45,18 @@ enum Ops {
     /// `scores` needs pos + 1 floats. Scores go four positions at a time and the weighted sum of
     /// values 32 outputs at a time (independent dependency chains); each score and each output
     /// keeps one fixed order, so results do not depend on `pos` grouping or chunk width.
+    /// `stride` is in elements of `E` (the KV cache's row length).
     @inline(__always)
-    static func attend(
-        q: UnsafePointer<Float>, keys: UnsafePointer<Float>, values: UnsafePointer<Float>, stride: Int,
+    static func attend<E: KVElement>(
+        _: E.Type, q: UnsafePointer<Float>, keys: UnsafeRawPointer, values: UnsafeRawPointer, stride: Int,
         pos: Int, headDim hd: Int, scores: UnsafeMutablePointer<Float>, out: UnsafeMutablePointer<Float>
     ) {
+        let rowBytes = stride &* E.bytes
         let scale = 1 / Float(hd).squareRoot()
         let n = pos &+ 1
         var t = 0
         while t &+ 4 <= n {
-            let (s0, s1, s2, s3) = dot4(q, keys + t &* stride, stride, count: hd)
+            let (s0, s1, s2, s3) = dot4(E.self, q, keys + t &* rowBytes, rowBytes, count: hd)
             scores[t] = s0 * scale
             scores[t &+ 1] = s1 * scale
             scores[t &+ 2] = s2 * scale
@@ -62,7 +64,7 @@ enum Ops {
             t &+= 4
         }
         while t < n {
-            scores[t] = dot(q, keys + t &* stride, count: hd) * scale
+            scores[t] = dot(E.self, q, keys + t &* rowBytes, count: hd) * scale
             t &+= 1
         }
         var best = -Float.infinity
@@ -79,14 +81,15 @@ enum Ops {
         var i = 0
         while i &+ 32 <= hd {
             var a0 = SIMD8<Float>(), a1 = SIMD8<Float>(), a2 = SIMD8<Float>(), a3 = SIMD8<Float>()
-            var v = UnsafeRawPointer(values + i)
+            var v = values + i &* E.bytes
+            let e8 = 8 &* E.bytes
             for t in 0..<n {
                 let w = SIMD8<Float>(repeating: scores[t])
-                a0 += w * v.loadUnaligned(as: SIMD8<Float>.self)
-                a1 += w * v.loadUnaligned(fromByteOffset: 32, as: SIMD8<Float>.self)
-                a2 += w * v.loadUnaligned(fromByteOffset: 64, as: SIMD8<Float>.self)
-                a3 += w * v.loadUnaligned(fromByteOffset: 96, as: SIMD8<Float>.self)
-                v += stride &* 4
+                a0 += w * E.load8(v)
+                a1 += w * E.load8(v + e8)
+                a2 += w * E.load8(v + 2 &* e8)
+                a3 += w * E.load8(v + 3 &* e8)
+                v += rowBytes
             }
             o.storeBytes(of: a0, toByteOffset: i &* 4, as: SIMD8<Float>.self)
             o.storeBytes(of: a1, toByteOffset: (i &+ 8) &* 4, as: SIMD8<Float>.self)
@@ -96,29 +99,41 @@ enum Ops {
         }
         while i < hd {
             var a0 = SIMD8<Float>()
-            var v = UnsafeRawPointer(values + i)
+            var v = values + i &* E.bytes
             for t in 0..<n {
-                a0 += SIMD8<Float>(repeating: scores[t]) * v.loadUnaligned(as: SIMD8<Float>.self)
-                v += stride &* 4
+                a0 += SIMD8<Float>(repeating: scores[t]) * E.load8(v)
+                v += rowBytes
             }
             o.storeBytes(of: a0, toByteOffset: i &* 4, as: SIMD8<Float>.self)
             i &+= 8
         }
     }
 
-    /// `dot` of `q` with four vectors `stride` floats apart, each in `dot`'s exact order.
+    /// A query against one cached key of `n` elements, in a fixed order.
     @inline(__always)
-    static func dot4(_ q: UnsafePointer<Float>, _ k: UnsafePointer<Float>, _ stride: Int, count n: Int)
+    static func dot<E: KVElement>(_: E.Type, _ q: UnsafePointer<Float>, _ k: UnsafeRawPointer, count n: Int) -> Float {
+        var acc = SIMD8<Float>()
+        let qv = UnsafeRawPointer(q)
+        for i in Swift.stride(from: 0, to: n, by: 8) {
+            acc += qv.loadUnaligned(fromByteOffset: i &* 4, as: SIMD8<Float>.self) * E.load8(k + i &* E.bytes)
+        }
+        return acc.sum()
+    }
+
+    /// `dot` of `q` with four keys `rowBytes` apart, each in `dot`'s exact order.
+    @inline(__always)
+    static func dot4<E: KVElement>(_: E.Type, _ q: UnsafePointer<Float>, _ k: UnsafeRawPointer, _ rowBytes: Int, count n: Int)
         -> (Float, Float, Float, Float) {
         var a0 = SIMD8<Float>(), a1 = SIMD8<Float>(), a2 = SIMD8<Float>(), a3 = SIMD8<Float>()
-        let qv = UnsafeRawPointer(q), k0 = UnsafeRawPointer(k)
-        let k1 = k0 + stride &* 4, k2 = k1 + stride &* 4, k3 = k2 + stride &* 4
+        let qv = UnsafeRawPointer(q)
+        let k1 = k + rowBytes, k2 = k1 + rowBytes, k3 = k2 + rowBytes
         for i in Swift.stride(from: 0, to: n, by: 8) {
             let x = qv.loadUnaligned(fromByteOffset: i &* 4, as: SIMD8<Float>.self)
-            a0 += x * k0.loadUnaligned(fromByteOffset: i &* 4, as: SIMD8<Float>.self)
-            a1 += x * k1.loadUnaligned(fromByteOffset: i &* 4, as: SIMD8<Float>.self)
-            a2 += x * k2.loadUnaligned(fromByteOffset: i &* 4, as: SIMD8<Float>.self)
-            a3 += x * k3.loadUnaligned(fromByteOffset: i &* 4, as: SIMD8<Float>.self)
+            let o = i &* E.bytes
+            a0 += x * E.load8(k + o)
+            a1 += x * E.load8(k1 + o)
+            a2 += x * E.load8(k2 + o)
+            a3 += x * E.load8(k3 + o)
         }
         return (a0.sum(), a1.sum(), a2.sum(), a3.sum())
     }
