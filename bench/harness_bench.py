@@ -22,6 +22,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import shutil
 import statistics
 import subprocess
@@ -41,6 +42,7 @@ HARNESS_DIR = ROOT / "ios_harness"
 WIDTHS = (1, 4, 16)
 FAILED_LAUNCHES: list[dict[str, Any]] = []
 LOADS: list[float] = []
+OTHER_CORES: list[float] = []
 
 
 def build_harness() -> Path:
@@ -75,6 +77,8 @@ def launch(
     spec_path, out = work / "spec.json", work / "result.json"
     spec_path.write_text(json.dumps(spec))
     for _attempt in range(3):
+        busy0, total0 = busy_jiffies()
+        own0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         proc = subprocess.run([str(harness), "run", "--spec", str(spec_path), "--out", str(out)],
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         if proc.returncode >= 0:
@@ -83,14 +87,31 @@ def launch(
         FAILED_LAUNCHES.append({"trial_id": spec["trial_id"], "signal": -proc.returncode})
     if proc.returncode != 0:
         raise SystemExit(f"harness failed on {spec['trial_id']}: {proc.returncode} {proc.stderr}")
+    busy1, total1 = busy_jiffies()
+    own1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     r = parse_result(out.read_text())
     assert r.trial1 is not None and r.bytes_per_decode_token is not None
     LOADS.append(os.getloadavg()[0])
+    # CPU used by everything but the harness during the launch, in cores (other work on a shared box).
+    hz = os.sysconf("SC_CLK_TCK")
+    own = (own1.ru_utime + own1.ru_stime) - (own0.ru_utime + own0.ru_stime)
+    span = (total1 - total0) / hz / (os.cpu_count() or 1)
+    OTHER_CORES.append(max(0.0, ((busy1 - busy0) / hz - own) / span) if span > 0 else 0.0)
     return [{"launch": seed, "warm": i > 0, "decode_tok_s": g.decode_tok_s(),
              "prefill_tok_s": g.prefill_tok_s(args.prompt), "ttft_ms": g.ttft_ns / 1e6,
              "bytes_per_decode_token": r.bytes_per_decode_token,
              "bytes_per_prefill_token": r.bytes_per_prefill_token, "threads": r.threads}
             for i, g in enumerate([r.trial1, *r.warm])]
+
+
+def busy_jiffies() -> tuple[int, int]:
+    """(busy, total) CPU jiffies of the whole machine from /proc/stat (0, 0 elsewhere)."""
+    try:
+        fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    except OSError:
+        return 0, 0
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+    return sum(fields) - idle, sum(fields)
 
 
 def wait_for_quiet(threshold: float, limit_s: float) -> tuple[bool, float]:
@@ -169,11 +190,17 @@ def main() -> None:
         decode = statistics.median(warm_decode)
         bpt = all_rows[0]["bytes_per_decode_token"]
         eff = bpt * decode / 1e9
+        # The f32 KV cache is read too (not counted in the engine's weight bytes): mean over decode.
+        shape = json.loads((mdir / "manifest.json").read_text())["shape"]
+        kv_dim = shape["kv_heads"] * shape["dim"] // shape["heads"]
+        mean_pos = args.prompt + (args.decode - 1) / 2
+        kv_bytes = 2 * shape["layers"] * mean_pos * kv_dim * 4
         row = {
             "format": fmt, "file_bytes": ggufs[fmt].stat().st_size, "bytes_per_decode_token": bpt,
             "decode_tok_s": decode, "decode_tok_s_min": min(warm_decode), "decode_tok_s_max": max(warm_decode),
             "trial1_decode_tok_s": statistics.median(r["decode_tok_s"] for r in all_rows if not r["warm"]),
             "effective_gb_s": eff, "ratio_to_stream": eff / ceiling,
+            "kv_bytes_per_decode_token": kv_bytes, "with_kv_gb_s": (bpt + kv_bytes) * decode / 1e9,
             "ratio_to_layout": eff / max(stream[f"{fmt.lower()}_layout"], stream_after[f"{fmt.lower()}_layout"]),
             "kernel_gb_s": max(stream[f"{fmt.lower()}_kernel"], stream_after[f"{fmt.lower()}_kernel"]),
             "prefill_tok_s": {m: statistics.median(r["prefill_tok_s"] for r in rows) for m, rows in by_width.items()},
@@ -188,6 +215,7 @@ def main() -> None:
         "harness_build": info["harness_build"], "python": platform.python_version(),
         "command": "bench/harness_bench.py " + " ".join(sys.argv[1:]), "args": vars(args) | {"out": str(args.out)},
         "probe": {"before": probe_report, "after": probe_after}, "table": table,
+        "other_cores_per_launch": OTHER_CORES,
         "load_average": {"before": load_before, "after": load_after, "after_each_launch": LOADS,
                          "quiet_reached": quiet, "at_start": quiet_load},
         "runs": runs, "runs_1_thread": single,
@@ -210,9 +238,9 @@ def main() -> None:
         + ", ".join(f"{k} {v:.1f} / {stream_after[k]:.1f} GB/s" for k, v in stream.items()),
         "",
         "| format | model bytes | decode tok/s (warm median, min-max) | trial1 decode | 1-thread decode "
-        "| prefill tok/s M=1 / 4 / 16 | effective GB/s | / stream | / layout | kernel-only GB/s "
+        "| prefill tok/s M=1 / 4 / 16 | effective GB/s | / stream | with KV reads | / layout | kernel-only GB/s "
         "| llama.cpp decode / prefill |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in table:
         pf = " / ".join(f"{r['prefill_tok_s'][m]:.0f}" for m in WIDTHS)
@@ -222,15 +250,17 @@ def main() -> None:
             f"| {r['format']} | {r['file_bytes'] / 1e6:.1f} MB | {r['decode_tok_s']:.1f} "
             f"({r['decode_tok_s_min']:.1f}-{r['decode_tok_s_max']:.1f}) | {r['trial1_decode_tok_s']:.1f} "
             f"| {r['decode_tok_s_1_thread']:.1f} | {pf} "
-            f"| {r['effective_gb_s']:.1f} | {r['ratio_to_stream']:.2f} | {r['ratio_to_layout']:.2f} "
+            f"| {r['effective_gb_s']:.1f} | {r['ratio_to_stream']:.2f} | {r['with_kv_gb_s']:.1f} "
+            f"({r['with_kv_gb_s'] / ceiling:.2f}) | {r['ratio_to_layout']:.2f} "
             f"| {r['kernel_gb_s']:.1f} | {lcs} |"
         )
     lines += [
         "",
-        f"1-min load average: {load_before[0]:.2f} at start ({'quiet' if quiet else 'NOT quiet'}: threshold "
-        f"{args.quiet_load}), max {max(LOADS):.2f} after a launch, {load_after[0]:.2f} at the end (the machine is "
-        f"shared: other work on the cores shows up as spread). Launches killed from outside and relaunched: "
-        f"{len(FAILED_LAUNCHES)}.",
+        f"The machine is shared: 1-min load average {load_before[0]:.2f} at start "
+        f"({'quiet' if quiet else 'NOT quiet'}: threshold {args.quiet_load}); CPU taken by other processes "
+        f"during the launches: median {statistics.median(OTHER_CORES):.2f}, max {max(OTHER_CORES):.2f} cores of "
+        f"{os.cpu_count()}. Other work shows up as the min-max spread. Launches killed from outside and "
+        f"relaunched: {len(FAILED_LAUNCHES)}.",
         "",
         "Goal: decode effective GB/s >= 0.8 x stream: "
         + "; ".join(f"{r['format']} {'met' if r['ratio_to_stream'] >= 0.8 else 'missed'} ({r['ratio_to_stream']:.2f})"

@@ -12,7 +12,7 @@ import Testing
 
     /// Greedy generation recording the bits of every logit vector (prefill's last, then each decode).
     func generate(_ path: String, threads: Int, chunk: Int, prompt: [Int32], steps: Int,
-                  kv: RawLoopCPU.KVType = .f16) throws -> Run {
+                  kv: RawLoopCPU.KVType = .f32) throws -> Run {
         let e = try RawLoopCPU(modelPath: path, threads: threads, kvCache: kv)
         func bits() -> [UInt32] { (0..<e.vocabSize).map { e.logits[$0].bitPattern } }
         var token = try e.prefill(prompt, chunkWidth: chunk)

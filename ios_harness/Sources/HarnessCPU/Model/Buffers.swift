@@ -48,7 +48,7 @@ enum KVFloat32: KVElement {
     }
 }
 
-/// Half the KV traffic of f32 (as llama.cpp's default); conversions are exact one way
+/// Half the KV traffic of f32 (llama.cpp's default); conversions are exact one way
 /// (f16 -> f32) and round-to-nearest the other, the same for every chunk width.
 enum KVFloat16: KVElement {
     static var bytes: Int { 2 }
