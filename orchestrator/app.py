@@ -5,6 +5,7 @@ The CLI parses and prints; everything it runs is here.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import os
@@ -17,11 +18,12 @@ from pathlib import Path
 import pandas as pd
 
 from orchestrator.analysis.summary import verdicts
-from orchestrator.config.fleet import Fleet
+from orchestrator.config.fleet import Fleet, HostDeviceConfig, IphoneDeviceConfig
 from orchestrator.config.loader import ConfigError, Problem, key_line, load_fleet, load_plan
 from orchestrator.config.plan import Plan
 from orchestrator.config.sim import SimDeviceConfig
-from orchestrator.devices import AVAILABLE_KINDS, open_device
+from orchestrator.devices import BackendUnavailable, open_device
+from orchestrator.devices.base import DeviceInfo, DeviceUnavailable, Health, Telemetry
 from orchestrator.results.journal import Journal
 from orchestrator.results.records import EARLY_STOPS, Manifest, RunFinished, RunStarted, StopReason
 from orchestrator.results.store import RunDir, create_run, new_run_id, stops, trial_rows, write_atomic
@@ -64,16 +66,61 @@ def _cross_check(fleet: Fleet, plan: Plan, fleet_path: Path, plan_path: Path) ->
     for i, dev in enumerate(fleet.devices):
         if plan.devices is not None and dev.id not in plan.devices:
             continue
-        if dev.kind not in AVAILABLE_KINDS:
-            at(fleet_path, f"devices[{i}].kind", f"device {dev.id!r}: backend {dev.kind!r} not available yet",
-               "devices", i, "kind")
-        elif isinstance(dev, SimDeviceConfig):
-            for arm in plan.arms:
-                if arm.runtime not in dev.runtimes:
-                    at(fleet_path, f"devices[{i}].runtimes",
-                       f"no ground truth for runtime {arm.runtime!r} (plan arm {arm.name!r})", "devices", i, "runtimes")
+        for j, arm in enumerate(plan.arms):
+            if isinstance(dev, HostDeviceConfig) and arm.runtime not in HOST_RUNTIMES:
+                at(plan_path, f"arms[{j}].runtime",
+                   f"host device {dev.id!r} runs {', '.join(HOST_RUNTIMES)} only, not {arm.runtime!r}",
+                   "arms", j, "runtime")
+            elif isinstance(dev, IphoneDeviceConfig) and arm.runtime not in (*IPHONE_RUNTIMES, *dev.engine_apps):
+                at(fleet_path, f"devices[{i}].engine_apps",
+                   f"iphone {dev.id!r}: no app runs {arm.runtime!r} (plan arm {arm.name!r}); the harness app runs "
+                   f"{', '.join(IPHONE_RUNTIMES)}: map others in engine_apps", "devices", i)
+            elif isinstance(dev, SimDeviceConfig) and arm.runtime not in dev.runtimes:
+                at(fleet_path, f"devices[{i}].runtimes",
+                   f"no ground truth for runtime {arm.runtime!r} (plan arm {arm.name!r})", "devices", i, "runtimes")
     if problems:
         raise ConfigError(problems)
+
+
+HOST_RUNTIMES = ("rawloop-cpu",)  # the harness CLI's engines; competitor adapters come with their runtimes
+IPHONE_RUNTIMES = ("rawloop-metal", "rawloop-cpu")  # what the harness app itself runs
+
+
+@dataclass(frozen=True)
+class DeviceRow:
+    id: str
+    kind: str
+    host: str
+    health: Health
+    info: DeviceInfo | None
+    telemetry: Telemetry | None
+
+
+async def survey(fleet: Fleet, timeout: float = 60.0) -> list[DeviceRow]:
+    """Every device of the fleet, concurrently: health with its fix, identity, thermal readings."""
+
+    async def one(dev_id: str) -> DeviceRow:
+        cfg = fleet.device(dev_id)
+        info, reading = None, None
+        try:
+            device, _clock = open_device(fleet, dev_id)
+        except BackendUnavailable as exc:
+            return DeviceRow(dev_id, cfg.kind, cfg.host, Health(state="error", detail=str(exc)), None, None)
+        try:
+            health = await asyncio.wait_for(device.health(), timeout)
+            if health.state == "ok":
+                info = await asyncio.wait_for(device.info(), timeout)
+                reading = await asyncio.wait_for(device.telemetry(), timeout)
+        except DeviceUnavailable as exc:
+            health = Health(state=exc.state, fix=exc.fix, detail=str(exc))
+        except TimeoutError:
+            health = Health(state="unreachable", fix="check the device and its host",
+                            detail=f"no answer in {timeout} s")
+        finally:
+            await device.close()
+        return DeviceRow(dev_id, cfg.kind, cfg.host, health, info, reading)
+
+    return list(await asyncio.gather(*(one(d.id) for d in fleet.devices)))
 
 
 def _digest(obj: object) -> str:
@@ -128,9 +175,10 @@ async def execute(run: RunDir, *, observe: Observer = lambda d, r: None) -> RunO
     journal = Journal(run.journal_path)
     try:
         journal.append(RunStarted(wall=datetime.now(UTC).timestamp(), resumed=bool(records), pid=os.getpid()))
-        attempt = sum(1 for r in records if isinstance(r, RunStarted))
+        # Simulated noise follows the run's seed (reproducible), and is fresh for each resumption.
+        stream = manifest.seed + sum(1 for r in records if isinstance(r, RunStarted))
         await run_sessions(
-            manifest, journal, lambda d: open_device(manifest.fleet, d, stream=attempt), states, observe=observe
+            manifest, journal, lambda d: open_device(manifest.fleet, d, stream=stream), states, observe=observe
         )
         outcome = derive(run)
         status = "completed" if outcome.completed else "incomplete"

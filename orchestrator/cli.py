@@ -1,9 +1,13 @@
-"""`orch`: parses, calls `orchestrator.app`, prints. Exit codes: 0 ok, 1 run incomplete, 2 bad input."""
+"""orch: settled, fresh, interleaved LLM-runtime benchmarks on iPhone, Mac and Linux fleets.
+
+Exit codes: 0 done, 1 a run could not complete (or an alarm / unhealthy device), 2 bad input.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import json
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, NoReturn
 
@@ -11,13 +15,15 @@ import typer
 from rich.console import Console
 
 from orchestrator import app as core
+from orchestrator.cli_analysis import register as register_analysis
 from orchestrator.config.fleet import Fleet
-from orchestrator.config.loader import ConfigError, load_any
+from orchestrator.config.loader import ConfigError, load_any, load_fleet
 from orchestrator.config.plan import Plan
-from orchestrator.report.console import LiveProgress, session_table, verdict_table
+from orchestrator.report.console import LiveProgress, devices_table, session_table, verdict_table
 from orchestrator.results.records import TrialRecord
 from orchestrator.results.store import RunDir, RunNotFound, find_run
 
+# The CLI parses, calls orchestrator.app and friends, and prints; no logic lives here.
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
 out = Console(width=None if Console().is_terminal else 160)
 err = Console(stderr=True, width=None if Console().is_terminal else 160)
@@ -120,11 +126,64 @@ def schema(out_dir: Annotated[Path, typer.Option("--out", help="Directory for th
 
 
 @app.command()
+def devices(
+    fleet: Annotated[Path, typer.Option(help="Fleet file")],
+    as_json: Annotated[bool, typer.Option("--json", help="JSON lines instead of a table")] = False,
+) -> None:
+    """Every device of a fleet: health (and the fix), model, chip, OS, harness, thermal state."""
+    try:
+        fleet_cfg = load_fleet(fleet)
+    except ConfigError as exc:
+        _bad_input(str(exc))
+    rows = asyncio.run(core.survey(fleet_cfg))
+    if as_json:
+        for r in rows:
+            print(json.dumps({
+                "id": r.id, "kind": r.kind, "host": r.host, "health": r.health.model_dump(),
+                "info": r.info.model_dump() if r.info else None,
+                "telemetry": r.telemetry.model_dump() if r.telemetry else None,
+            }))
+    else:
+        out.print(devices_table(rows))
+    if any(r.health.state != "ok" for r in rows):
+        raise typer.Exit(1)
+
+
+model_app = typer.Typer(no_args_is_help=True, help="Models made locally, deterministically: no downloads.")
+app.add_typer(model_app, name="model")
+
+
+class Arch(StrEnum):
+    llama = "llama"
+
+
+@model_app.command("make")
+def model_make(
+    size: Annotated[str, typer.Option(help="t1, t2, s15, m110, b1")] = "s15",
+    arch: Annotated[Arch, typer.Option(help="Architecture")] = Arch.llama,
+    seed: Annotated[int, typer.Option(help="Weights are a function of the seed")] = 0,
+    out: Annotated[Path | None, typer.Option(help="Directory (default: the model cache)")] = None,
+) -> None:
+    """Write a random-weight model as HF safetensors + config and as GGUF (F32, Q8_0, Q4_0)."""
+    from orchestrator.models import SIZES, make_model, model_dir
+
+    if size not in SIZES:
+        _bad_input(f"unknown size {size!r} (known: {', '.join(SIZES)})")
+    made = make_model(arch.value, size, seed, out or model_dir(arch.value, size, seed))
+    for fmt, path in made.gguf.items():
+        print(f"{fmt:5} {path}")
+    print(f"hf    {made.safetensors}")
+
+
+@app.command()
 def agent() -> None:
     """Serve this host's devices to a controller: JSON lines on stdin/stdout (started over SSH)."""
     from orchestrator.agent import main as serve
 
     raise typer.Exit(serve())
+
+
+register_analysis(app)
 
 
 def main() -> None:

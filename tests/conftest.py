@@ -12,6 +12,24 @@ ROOT = Path(__file__).resolve().parents[1]
 SIM_LAB = ROOT / "configs" / "sim-lab.yaml"
 SIM_AB = ROOT / "configs" / "plans" / "sim-ab.yaml"
 AA = ROOT / "configs" / "plans" / "aa-calibration.yaml"
+HARNESS = ROOT / "ios_harness" / ".build" / "release" / "harness"
+MODEL = str(ROOT / "ios_harness" / "Tests" / "Fixtures" / "models" / "llama-t1-s0" / "model-Q8_0.gguf")
+ORCH = str(ROOT / ".venv" / "bin" / "orch")
+
+
+@pytest.fixture(scope="session")
+def harness() -> Path:
+    """The harness `make test` built before pytest (built here when pytest runs alone)."""
+    if not HARNESS.exists():
+        import asyncio
+
+        from orchestrator.config import HostDeviceConfig
+        from orchestrator.devices.base import Artifacts
+        from orchestrator.devices.host import HostDevice
+        from orchestrator.devices.runners import LocalRunner
+
+        asyncio.run(HostDevice(HostDeviceConfig(id="b", kind="host"), LocalRunner()).prepare(Artifacts()))
+    return HARNESS
 
 
 @pytest.fixture

@@ -8,28 +8,14 @@ import stat
 from pathlib import Path
 
 import pytest
+from conftest import MODEL, ORCH
 from sshd import Sshd
 
-from conftest import ROOT
-from orchestrator.config import Fleet, HostDeviceConfig
+from orchestrator.config import Fleet
 from orchestrator.devices import open_device
 from orchestrator.devices.base import Artifacts, Device, DeviceUnavailable, TrialFailure
 from orchestrator.devices.contract import check_device_contract, contract_spec
-from orchestrator.devices.host import HostDevice
-from orchestrator.devices.runners import LocalRunner
 from orchestrator.protocol import TrialResult
-
-HARNESS = ROOT / "ios_harness" / ".build" / "release" / "harness"
-MODEL = str(ROOT / "ios_harness" / "Tests" / "Fixtures" / "models" / "llama-t1-s0" / "model-Q8_0.gguf")
-ORCH = str(ROOT / ".venv" / "bin" / "orch")
-
-
-@pytest.fixture(scope="module")
-def harness() -> Path:
-    """The harness `make test` built before pytest (built here when pytest runs alone)."""
-    if not HARNESS.exists():
-        asyncio.run(HostDevice(HostDeviceConfig(id="b", kind="host"), LocalRunner()).prepare(Artifacts()))
-    return HARNESS
 
 
 def fleet(sshd: Sshd | None, tmp_path: Path, **device: object) -> Fleet:
@@ -79,13 +65,14 @@ def one_trial(device: Device, timeout: float = 60) -> TrialResult | TrialFailure
 
 @pytest.mark.parametrize(("body", "kind", "words"), [
     ("kill -9 $$", "crashed", "signal 9"),
-    ('printf "not json at all" > "$5"; echo "HARNESS_DONE contract-0000 $5"; exit 0', "bad_output", "invalid TrialResult"),
+    ('printf "not json" > "$5"; echo "HARNESS_DONE contract-0000 $5"; exit 0', "bad_output", "invalid TrialResult"),
     ("exit 0", "bad_output", "no result file"),
     ("sleep 30", "hung", "killed"),
 ])
 def test_harness_faults_are_typed(tmp_path: Path, sshd: Sshd, body: str, kind: str, words: str) -> None:
     fake = fake_harness(tmp_path, body)
-    for where in (fleet(None, tmp_path, harness=str(fake)), fleet(sshd, tmp_path, host="loop", harness=str(fake))):
+    local, remote = fleet(None, tmp_path, harness=str(fake)), fleet(sshd, tmp_path, host="loop", harness=str(fake))
+    for where in (local, remote):
         device, _ = open_device(where, "box")
         asyncio.run(device.prepare(Artifacts()))
         got = one_trial(device, timeout=2.0)

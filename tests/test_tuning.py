@@ -31,7 +31,7 @@ def evidence() -> pd.DataFrame:
 
 def test_pick_matches_ground_truth(evidence: pd.DataFrame) -> None:
     chosen = evidence[evidence["chosen"]].set_index("chip_class")
-    # sim-lab: only the A19 Pro's raw loop depends on tile_rows (32: +3%); elsewhere the default stays.
+    # sim-lab: only the A19 Pro's raw loop depends on tile_rows (32: +6%); elsewhere the default stays.
     assert json.loads(chosen.loc["A19 Pro", "params"]) == {"tile_rows": 32}
     for chip in ("A17 Pro", "A18 Pro", "M4"):
         assert json.loads(chosen.loc[chip, "params"]) == {"tile_rows": 16}, chosen.loc[chip, "reason"]

@@ -15,6 +15,7 @@ medians from the trials dataset) is the second, slower signal.
 from __future__ import annotations
 
 import re
+import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -388,7 +389,9 @@ async def run_night(
         names = [p.name for p in pinned]
         if len(set(names)) != len(names):
             raise NightlyInputError(f"nightly plans need distinct names (configs): {', '.join(names)}")
-        runs = [core.start_run(core.new_manifest(fleet, plan, fleet_path, path), results)
+        # Each night its own seed (its order, its coin flips, a simulated lab's noise), reproducibly.
+        seed_of = {p.name: p.seed + zlib.crc32(night.encode()) for p in pinned}
+        runs = [core.start_run(core.new_manifest(fleet, plan, fleet_path, path, seed_of[plan.name]), results)
                 for plan, path in zip(pinned, plan_paths, strict=True)]
     plans = [r.manifest().plan for r in runs]
     planned, why, run_ids = [], {}, []

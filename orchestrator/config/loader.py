@@ -99,12 +99,12 @@ def load_plan(path: Path) -> Plan:
 
 
 def load_any(path: Path) -> Fleet | Plan:
-    """For `orch validate`: a file with `devices` is a fleet, one with `arms` a plan."""
+    """For `orch validate`: a file with `arms` is a plan, else one with `devices` a fleet."""
     data = read_yaml(path)
-    if isinstance(data, CommentedMap) and "devices" in data and "arms" not in data:
-        return validate(path, data, Fleet)
-    if isinstance(data, CommentedMap) and "arms" in data and "devices" not in data:
+    if isinstance(data, CommentedMap) and "arms" in data:
         return validate(path, data, Plan)
+    if isinstance(data, CommentedMap) and "devices" in data:
+        return validate(path, data, Fleet)
     raise ConfigError([Problem(str(path), 1, "", "not a fleet (has `devices`) or a plan (has `arms`)")])
 
 

@@ -6,7 +6,7 @@ import shlex
 import sys
 
 from orchestrator.clock import Clock, SystemClock, VirtualClock
-from orchestrator.config.fleet import Fleet, HostDeviceConfig, LocalHost, SshHost
+from orchestrator.config.fleet import Fleet, HostDeviceConfig, IphoneDeviceConfig, LocalHost, SshHost
 from orchestrator.config.sim import SimDeviceConfig
 from orchestrator.devices.base import (
     Artifacts,
@@ -23,8 +23,8 @@ from orchestrator.devices.runners import LocalRunner, Runner
 from orchestrator.devices.ssh import SshRunner
 
 __all__ = [
-    "AVAILABLE_KINDS",
     "Artifacts",
+    "BackendUnavailable",
     "Device",
     "DeviceInfo",
     "DeviceUnavailable",
@@ -35,8 +35,6 @@ __all__ = [
     "open_device",
     "result_or_failure",
 ]
-
-AVAILABLE_KINDS = ("sim", "host")
 
 
 class BackendUnavailable(Exception):
@@ -71,4 +69,8 @@ def open_device(fleet: Fleet, device_id: str, *, stream: int = 0) -> tuple[Devic
         from orchestrator.devices.host import HostDevice
 
         return HostDevice(cfg, runner_for(fleet, cfg.host)), SystemClock()
+    if isinstance(cfg, IphoneDeviceConfig):
+        from orchestrator.devices.iphone import IphoneDevice
+
+        return IphoneDevice(cfg), SystemClock()
     raise BackendUnavailable(f"device {device_id!r}: kind {cfg.kind!r}: backend not available yet")

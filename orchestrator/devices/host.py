@@ -196,6 +196,8 @@ class HostDevice(Device):
 
     async def _trial(self, spec: TrialSpec, timeout: float) -> TrialResult | TrialFailure:
         harness = await self._harness_path()
+        if spec.model.startswith("~"):  # a path as the host sees it: its home, not ours
+            spec = spec.model_copy(update={"model": await self.runner.expand(spec.model)})
         base = f"{await self._workdir()}/runs/{spec.run_id}"
         spec_path, out_path = f"{base}/specs/{spec.trial_id}.json", f"{base}/results/{spec.trial_id}.json"
         with tempfile.TemporaryDirectory() as tmp:

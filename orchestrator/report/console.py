@@ -100,3 +100,21 @@ def session_table(trials: pd.DataFrame, stops: dict[str, str], manifest: Manifes
             str(int(mine["state_rose"].sum())), stops.get(s.device, "not started"),
         )
     return table
+
+
+def devices_table(rows: list[Any]) -> Table:
+    """`orch devices`: one row per device, with the fix a person must make when it is not healthy."""
+    table = Table(title="Devices", title_justify="left")
+    for col in ("device", "kind", "host", "health", "model", "chip", "OS", "harness", "thermal", "battery C",
+                "fix"):
+        table.add_column(col)
+    for r in rows:
+        i, t = r.info, r.telemetry
+        ok = r.health.state == "ok"
+        table.add_row(
+            r.id, r.kind, r.host, f"[{'green' if ok else 'red'}]{r.health.state}[/]",
+            i.model if i else "-", (i.chip_class or "-") if i else "-", i.os if i else "-",
+            (i.harness_version or "none") if i else "-", (t.thermal_state or "n/a") if t else "-",
+            _fmt(t.battery_c if t else None, ".1f"), r.health.fix or ("" if ok else (r.health.detail or "")),
+        )
+    return table
