@@ -148,13 +148,7 @@ public final class RawLoopCPU: Engine {
                 let pos = p0 + i
                 Ops.rope(b.q + i * dim, heads: c.heads, headDim: hd, cos: ropeCos + pos * half, sin: ropeSin + pos * half)
                 Ops.rope(b.k + i * kvDim, heads: c.kvHeads, headDim: hd, cos: ropeCos + pos * half, sin: ropeSin + pos * half)
-                if kv.half {
-                    KVFloat16.store(b.k + i * kvDim, count: kvDim, to: kv.key(li, pos))
-                    KVFloat16.store(b.v + i * kvDim, count: kvDim, to: kv.value(li, pos))
-                } else {
-                    KVFloat32.store(b.k + i * kvDim, count: kvDim, to: kv.key(li, pos))
-                    KVFloat32.store(b.v + i * kvDim, count: kvDim, to: kv.value(li, pos))
-                }
+                kv.store(layer: li, pos: pos, keys: b.k + i * kvDim, values: b.v + i * kvDim)
             }
             let group = c.heads / c.kvHeads
             let items = m * c.heads
@@ -163,14 +157,13 @@ public final class RawLoopCPU: Engine {
                 let scratch = scoreBase + id * ctx
                 for item in WorkerPool.share(items, id, parts) {
                     let i = item / c.heads, h = item % c.heads
-                    let off = (h / group) * hd * (kvc.half ? 2 : 4)
-                    let keys = UnsafeRawPointer(kvc.key(li, 0) + off), values = UnsafeRawPointer(kvc.value(li, 0) + off)
+                    let keys = UnsafeRawPointer(kvc.key(li, h / group, 0)), values = UnsafeRawPointer(kvc.value(li, h / group, 0))
                     let q = b.q + i * dim + h * hd, out = b.att + i * dim + h * hd
                     if kvc.half {
-                        Ops.attend(KVFloat16.self, q: q, keys: keys, values: values, stride: kvDim, pos: p0 + i,
+                        Ops.attend(KVFloat16.self, q: q, keys: keys, values: values, stride: hd, pos: p0 + i,
                                    headDim: hd, scores: scratch, out: out)
                     } else {
-                        Ops.attend(KVFloat32.self, q: q, keys: keys, values: values, stride: kvDim, pos: p0 + i,
+                        Ops.attend(KVFloat32.self, q: q, keys: keys, values: values, stride: hd, pos: p0 + i,
                                    headDim: hd, scores: scratch, out: out)
                     }
                 }

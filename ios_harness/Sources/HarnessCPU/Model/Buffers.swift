@@ -64,19 +64,28 @@ enum KVFloat16: KVElement {
     }
 }
 
-/// Keys and values per layer and position: `[layer][position][kvDim]` elements of `element`.
+/// Keys and values per layer, KV head and position: `[layer][kvHead][position][headDim]`, so the
+/// positions attention walks for one head are one contiguous stream.
 final class KVCache {
     let half: Bool
     let keys: UnsafeMutableRawPointer
     let values: UnsafeMutableRawPointer
-    /// Bytes per layer and per position.
-    let layerStride: Int
+    let heads: Int
+    let headDim: Int
+    let context: Int
+    /// Bytes per position of one head, per head, per layer.
     let rowBytes: Int
+    let headStride: Int
+    let layerStride: Int
 
     init(config c: LlamaConfig, half: Bool) {
         self.half = half
-        rowBytes = c.kvDim * (half ? 2 : 4)
-        layerStride = c.contextLength * rowBytes
+        heads = c.kvHeads
+        headDim = c.headDim
+        context = c.contextLength
+        rowBytes = c.headDim * (half ? 2 : 4)
+        headStride = c.contextLength * rowBytes
+        layerStride = c.kvHeads * headStride
         keys = .allocate(byteCount: c.layers * layerStride, alignment: 64)
         values = .allocate(byteCount: c.layers * layerStride, alignment: 64)
         keys.initializeMemory(as: UInt8.self, repeating: 0, count: c.layers * layerStride)
@@ -88,11 +97,24 @@ final class KVCache {
         values.deallocate()
     }
 
-    @inline(__always) func key(_ layer: Int, _ pos: Int) -> UnsafeMutableRawPointer {
-        keys + (layer &* layerStride &+ pos &* rowBytes)
+    @inline(__always) func key(_ layer: Int, _ head: Int, _ pos: Int) -> UnsafeMutableRawPointer {
+        keys + (layer &* layerStride &+ head &* headStride &+ pos &* rowBytes)
     }
 
-    @inline(__always) func value(_ layer: Int, _ pos: Int) -> UnsafeMutableRawPointer {
-        values + (layer &* layerStride &+ pos &* rowBytes)
+    @inline(__always) func value(_ layer: Int, _ head: Int, _ pos: Int) -> UnsafeMutableRawPointer {
+        values + (layer &* layerStride &+ head &* headStride &+ pos &* rowBytes)
+    }
+
+    /// Stores one position's keys and values (all KV heads, `heads * headDim` floats each).
+    func store(layer: Int, pos: Int, keys k: UnsafePointer<Float>, values v: UnsafePointer<Float>) {
+        for h in 0..<heads {
+            if half {
+                KVFloat16.store(k + h * headDim, count: headDim, to: key(layer, h, pos))
+                KVFloat16.store(v + h * headDim, count: headDim, to: value(layer, h, pos))
+            } else {
+                KVFloat32.store(k + h * headDim, count: headDim, to: key(layer, h, pos))
+                KVFloat32.store(v + h * headDim, count: headDim, to: value(layer, h, pos))
+            }
+        }
     }
 }
