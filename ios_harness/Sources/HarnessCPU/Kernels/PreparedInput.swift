@@ -50,41 +50,49 @@ final class PreparedInput {
         floats = x
         columns = count
         guard q8 || q4 else { return }
-        var q = [Int8](repeating: 0, count: 32)
-        for c in 0..<count {
-            for b in 0..<blocks {
-                let src = x + c * length + b * 32
-                var amax: Float = 0
-                for i in 0..<32 { amax = max(amax, abs(src[i])) }
-                let d = amax / 127
-                let id: Float = d != 0 ? 1 / d : 0
-                for i in 0..<32 { q[i] = Int8((src[i] * id).rounded(.toNearestOrAwayFromZero)) }
-                scales[c * scaleStride + b] = d
-                let v = c * blocks * 2 + b * 2
-                if q8 {
-                    var even = SIMD16<Int16>(), odd = SIMD16<Int16>()
-                    for i in 0..<16 {
-                        even[i] = Int16(q[2 * i])
-                        odd[i] = Int16(q[2 * i + 1])
+        let q8p = UnsafeMutableRawPointer(self.q8).assumingMemoryBound(to: Int16.self)
+        let q4p = UnsafeMutableRawPointer(self.q4).assumingMemoryBound(to: Int16.self)
+        withUnsafeTemporaryAllocation(of: Int16.self, capacity: 32) { buffer in
+            let q = buffer.baseAddress!
+            for c in 0..<count {
+                for b in 0..<blocks {
+                    let src = x + (c &* length &+ b &* 32)
+                    var amax: Float = 0
+                    for i in 0..<32 { amax = max(amax, abs(src[i])) }
+                    let d = amax / 127
+                    let id: Float = d != 0 ? 1 / d : 0
+                    // |src * id| <= 127: the conversion cannot overflow.
+                    for i in 0..<32 { q[i] = Int16(unsafe: (src[i] * id).rounded(.toNearestOrAwayFromZero)) }
+                    scales[c &* scaleStride &+ b] = d
+                    if q8 {
+                        let v = q8p + (c &* blocks &* 2 &+ b &* 2) &* 16
+                        for i in 0..<16 {
+                            v[i] = q[2 &* i]
+                            v[16 &+ i] = q[2 &* i &+ 1]
+                        }
                     }
-                    self.q8[v] = even
-                    self.q8[v + 1] = odd
-                }
-                if q4 {
-                    // Lanes 0-7 for an even block, 8-15 for an odd one.
-                    let g = c * pairs * 5 + (b / 2) * 5
-                    let lane = (b % 2) * 8
-                    for i in 0..<8 {
-                        let e = Int16(q[2 * i]), e16 = Int16(q[16 + 2 * i])
-                        let o = Int16(q[2 * i + 1]), o16 = Int16(q[17 + 2 * i])
-                        self.q4[g][lane + i] = e
-                        self.q4[g + 1][lane + i] = e16
-                        self.q4[g + 2][lane + i] = o
-                        self.q4[g + 3][lane + i] = o16
-                        self.q4[g + 4][lane + i] = -8 * (e + e16 + o + o16)
+                    if q4 {
+                        // Lanes 0-7 for an even block, 8-15 for an odd one.
+                        let g = q4p + ((c &* pairs &* 5 &+ (b &>> 1) &* 5) &* 16 &+ (b & 1) &* 8)
+                        for i in 0..<8 {
+                            let e = q[2 &* i], e16 = q[16 &+ 2 &* i], o = q[2 &* i &+ 1], o16 = q[17 &+ 2 &* i]
+                            g[i] = e
+                            g[16 &+ i] = e16
+                            g[32 &+ i] = o
+                            g[48 &+ i] = o16
+                            g[64 &+ i] = -8 &* (e &+ e16 &+ o &+ o16)
+                        }
                     }
                 }
             }
         }
+    }
+}
+
+extension Int16 {
+    /// A float known to be integral and in range, without the overflow check.
+    @inline(__always)
+    init(unsafe value: Float) {
+        self = Int16(truncatingIfNeeded: Int32(value))
     }
 }
