@@ -2,7 +2,8 @@
 ///
 /// Each generation: `reset`, t = 0 at prompt submission, prefill (its greedy token is the first
 /// generated token), then `decode_tokens - 1` decode steps, each token stamped on arrival.
-/// Thermal samples are stamped in ns since the runner started, on the same clock.
+/// Thermal samples (each phase boundary, plus every change the probe observed) are stamped in
+/// ns since the runner started, on the same clock.
 public struct TrialRunner {
     public let clock: any MonotonicClock
     public let thermal: any ThermalProbe
@@ -34,10 +35,14 @@ public struct TrialRunner {
         var result = base
         var samples: [ThermalSample] = []
         func sample() {
+            for change in thermal.drainChanges() where change.tNs >= start {
+                samples.append(ThermalSample(tNs: Int(change.tNs - start), state: change.state))
+            }
             if let s = thermal.current() {
                 samples.append(ThermalSample(tNs: Int(clock.nowNs() - start), state: s))
             }
         }
+        _ = thermal.drainChanges()
         sample()
         result.trial1 = try generate(prompt, decodeTokens: spec.decodeTokens, chunkWidth: spec.chunkWidth, on: engine)
         sample()

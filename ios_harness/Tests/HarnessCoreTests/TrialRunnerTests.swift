@@ -15,6 +15,16 @@ struct FixedThermal: ThermalProbe {
     func current() -> ThermalState? { .fair }
 }
 
+/// Reports one state change on its second drain (the runner discards the first, pre-trial one).
+final class ChangingThermal: ThermalProbe, @unchecked Sendable {
+    var drains = 0
+    func current() -> ThermalState? { .nominal }
+    func drainChanges() -> [(tNs: UInt64, state: ThermalState)] {
+        drains += 1
+        return drains == 2 ? [(2_500, .serious)] : []
+    }
+}
+
 /// An engine that counts: token n+1 follows token n.
 final class CountingEngine: Engine {
     let name = "fake"
@@ -71,6 +81,13 @@ struct FakeFactory: EngineFactory {
         #expect(r.thermal.count == 4 && r.thermal.allSatisfy { $0.state == .fair })
         #expect(r.status == .ok && r.bytesPerDecodeToken == 4096)
         try r.validate()
+    }
+
+    @Test func thermalChangesBetweenBoundariesAreRecorded() throws {
+        let runner = TrialRunner(clock: StepClock(step: 1_000), thermal: ChangingThermal())
+        let r = try runner.run(spec(), on: CountingEngine(), base: base())
+        #expect(r.thermal.first == ThermalSample(tNs: 500, state: .serious))
+        #expect(r.thermal.dropFirst().allSatisfy { $0.state == .nominal } && r.thermal.count == 3)
     }
 
     @Test func contextOverflowIsTypedBeforeAnyWork() {
