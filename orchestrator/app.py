@@ -67,9 +67,9 @@ def _cross_check(fleet: Fleet, plan: Plan, fleet_path: Path, plan_path: Path) ->
         if plan.devices is not None and dev.id not in plan.devices:
             continue
         for j, arm in enumerate(plan.arms):
-            if isinstance(dev, HostDeviceConfig) and arm.runtime not in HOST_RUNTIMES:
+            if isinstance(dev, HostDeviceConfig) and arm.runtime not in host_runtimes():
                 at(plan_path, f"arms[{j}].runtime",
-                   f"host device {dev.id!r} runs {', '.join(HOST_RUNTIMES)} only, not {arm.runtime!r}",
+                   f"host device {dev.id!r} runs {', '.join(host_runtimes())} only, not {arm.runtime!r}",
                    "arms", j, "runtime")
             elif isinstance(dev, IphoneDeviceConfig) and arm.runtime not in (*IPHONE_RUNTIMES, *dev.engine_apps):
                 at(fleet_path, f"devices[{i}].engine_apps",
@@ -82,7 +82,15 @@ def _cross_check(fleet: Fleet, plan: Plan, fleet_path: Path, plan_path: Path) ->
         raise ConfigError(problems)
 
 
-HOST_RUNTIMES = ("rawloop-cpu",)  # the harness CLI's engines; competitor adapters come with their runtimes
+def host_runtimes() -> tuple[str, ...]:
+    """The harness CLI's engines and every runtime with a host adapter."""
+    from orchestrator.devices.host import HARNESS_ENGINES
+    from orchestrator.runtimes.base import ADAPTERS
+
+    return (*HARNESS_ENGINES, *ADAPTERS)
+
+
+
 IPHONE_RUNTIMES = ("rawloop-metal", "rawloop-cpu")  # what the harness app itself runs
 
 

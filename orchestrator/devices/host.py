@@ -24,8 +24,10 @@ from orchestrator.devices.base import (
 )
 from orchestrator.devices.runners import CommandResult, LocalRunner, Runner, RunnerError
 from orchestrator.protocol import TrialResult, TrialSpec
+from orchestrator.runtimes.base import RuntimeContext, adapter_for
 
 REPO_HARNESS = Path(__file__).resolve().parents[2] / "ios_harness"
+HARNESS_ENGINES = ("rawloop-cpu",)
 BUILD_TIMEOUT_S = 1800.0
 DONE = re.compile(r"^HARNESS_DONE (\S+) (.+)$")
 
@@ -195,9 +197,14 @@ class HostDevice(Device):
             return TrialFailure(kind="disconnected", message=f"{self.id}: {exc}")
 
     async def _trial(self, spec: TrialSpec, timeout: float) -> TrialResult | TrialFailure:
-        harness = await self._harness_path()
         if spec.model.startswith("~"):  # a path as the host sees it: its home, not ours
             spec = spec.model_copy(update={"model": await self.runner.expand(spec.model)})
+        if spec.engine not in HARNESS_ENGINES:
+            adapter = adapter_for(spec.engine)
+            if adapter is None:
+                return TrialFailure(kind="launch_failed", message=f"no adapter for runtime {spec.engine!r} on hosts")
+            return await adapter.run_trial(RuntimeContext(self.runner, await self._workdir(), self.id), spec, timeout)
+        harness = await self._harness_path()
         base = f"{await self._workdir()}/runs/{spec.run_id}"
         spec_path, out_path = f"{base}/specs/{spec.trial_id}.json", f"{base}/results/{spec.trial_id}.json"
         with tempfile.TemporaryDirectory() as tmp:

@@ -1,0 +1,46 @@
+"""How a competitor runtime runs one fresh trial on a host: the adapter interface.
+
+The harness engines (`rawloop-cpu`) run through the harness CLI (`devices/host.py`); every other
+runtime has an adapter here: which model artifact it needs and how to make it from the one source
+model, how to launch one fresh process per trial on the host's runner, and how to parse what it
+prints into the typed TrialResult (or a typed TrialFailure holding the tail of its output).
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+
+from orchestrator.devices.base import TrialFailure
+from orchestrator.devices.runners import Runner
+from orchestrator.protocol import TrialResult, TrialSpec
+
+
+@dataclass(frozen=True)
+class RuntimeContext:
+    """Where an adapter works: the host's runner, a work directory on that host (absolute), the device."""
+
+    runner: Runner
+    workdir: str
+    device_id: str
+
+
+class RuntimeAdapter(abc.ABC):
+    name: str
+    label: str  # what reports call it, e.g. "MLX (CPU, Linux)"
+
+    @abc.abstractmethod
+    async def run_trial(self, ctx: RuntimeContext, spec: TrialSpec, timeout: float) -> TrialResult | TrialFailure:
+        """One fresh process of this runtime for `spec`; never raises for a runtime fault."""
+
+
+ADAPTERS: dict[str, RuntimeAdapter] = {}
+
+
+def register(adapter: RuntimeAdapter) -> RuntimeAdapter:
+    ADAPTERS[adapter.name] = adapter
+    return adapter
+
+
+def adapter_for(name: str) -> RuntimeAdapter | None:
+    return ADAPTERS.get(name)
