@@ -19,7 +19,7 @@ extension RawLoopCPU {
             threads = v
         }
         if let t = spec.threads { threads = t }
-        var kv = RawLoopCPU.KVType.f32
+        var kv = RawLoopCPU.KVType.f16
         if let t = tuning["kv_cache"] {
             guard case .string(let name) = t, let k = RawLoopCPU.KVType(rawValue: name) else {
                 throw HarnessError(.badTuning, "kv_cache must be \"f16\" or \"f32\"")

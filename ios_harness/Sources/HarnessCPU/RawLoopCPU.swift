@@ -47,7 +47,7 @@ public final class RawLoopCPU: Engine {
 
     public let kvType: KVType
 
-    public init(modelPath: String, threads: Int, kvCache: KVType = .f32, dropPageCache: Bool = false) throws {
+    public init(modelPath: String, threads: Int, kvCache: KVType = .f16, dropPageCache: Bool = false) throws {
         kvType = kvCache
         file = try GGUFFile(path: modelPath, dropPageCache: dropPageCache)
         config = try LlamaConfig(file: file)

@@ -53,7 +53,11 @@ enum KVFloat32: KVElement {
 enum KVFloat16: KVElement {
     static var bytes: Int { 2 }
     @inline(__always) static func load8(_ p: UnsafeRawPointer) -> SIMD8<Float> {
-        SIMD8<Float>(p.loadUnaligned(as: SIMD8<Float16>.self))
+        // Lane by lane on purpose: LLVM folds this into one vcvtph2ps, while the stdlib's
+        // SIMD8<Float>(SIMD8<Float16>) stays an out-of-line call inside attention.
+        let h = p.loadUnaligned(as: SIMD8<Float16>.self)
+        return SIMD8<Float>(Float(h[0]), Float(h[1]), Float(h[2]), Float(h[3]),
+                            Float(h[4]), Float(h[5]), Float(h[6]), Float(h[7]))
     }
     @inline(__always) static func store(_ x: UnsafePointer<Float>, count: Int, to p: UnsafeMutableRawPointer) {
         let src = UnsafeRawPointer(x)
