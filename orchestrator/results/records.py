@@ -120,7 +120,7 @@ class LookRecord(_Rec):
 
 StopReason = Literal[
     "completed", "decided", "futile", "settle_timeout", "device_unavailable", "too_many_failures", "prepare_failed",
-    "interrupted",
+    "interrupted", "backend_error",
 ]
 EARLY_STOPS = ("decided", "futile")  # planned ends: the rule said stop
 

@@ -65,6 +65,8 @@ class Session:
         except asyncio.CancelledError:  # Ctrl-C: say so, keep the journal whole, let it resume
             self._emit(SessionStopped(device=self.schedule.device, reason="interrupted", wall=self.clock.wall()))
             raise
+        except Exception as exc:  # a backend bug stops this device's session, never the other devices
+            reason, detail = "backend_error", f"{type(exc).__name__}: {exc}"
         self._emit(SessionStopped(device=self.schedule.device, reason=reason, detail=detail, wall=self.clock.wall()))
         return reason
 
@@ -104,7 +106,10 @@ class Session:
                 self.observe(self.schedule.device, settle)
                 return "device_unavailable" if unavailable else "settle_timeout"
             t0, wall = self.clock.now(), self.clock.wall()
-            outcome = await self.device.run_trial(spec, self.plan.trial.timeout_s)
+            try:
+                outcome = await self.device.run_trial(spec, self.plan.trial.timeout_s)
+            except Exception as exc:  # the contract says never; a broken backend still becomes data
+                outcome = TrialFailure(kind="launch_failed", message=f"backend raised {type(exc).__name__}: {exc}")
             gate.trial_ended()
             duration = self.clock.now() - t0
             retry = self.plan.retry
@@ -121,7 +126,7 @@ class Session:
                 continue
             try:
                 after = await self.device.telemetry()
-            except DeviceUnavailable:
+            except Exception:  # unavailable or broken: the trial stands, the reading is missing
                 after = None
             before_rank = THERMAL_ORDER.get(settle.before.thermal_state or "", -1) if settle.before else -1
             after_rank = THERMAL_ORDER.get(after.thermal_state or "", -1) if after else -1

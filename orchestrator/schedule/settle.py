@@ -33,6 +33,8 @@ class SettleGate:
                 reading = await device.telemetry()
             except DeviceUnavailable as exc:
                 reading, blocking = None, [f"device unavailable: {exc}" + (f" ({exc.fix})" if exc.fix else "")]
+            except Exception as exc:  # a backend bug reads as an unavailable device, named
+                reading, blocking = None, [f"device unavailable: telemetry raised {type(exc).__name__}: {exc}"]
             else:
                 blocking = self._blocking(reading, now)
             waited = now - start
