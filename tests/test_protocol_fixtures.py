@@ -56,3 +56,11 @@ def test_valid_fixtures_carry_every_field() -> None:
     for path in _files("valid"):
         fields = set(_model(path).model_fields)
         assert set(json.loads(path.read_text())) == fields, path.name
+
+
+def test_prompt_rule_vectors_match_the_python_side() -> None:
+    """The prompt a spec without `prompt_ids` gets, as `swift test` also checks it."""
+    prompt = pytest.importorskip("orchestrator.runtimes.prompt")
+    data = json.loads((ROOT / "prompt_ids.json").read_text())
+    for case in data["cases"]:
+        assert prompt.prompt_ids(case["seed"], case["count"], case["vocab"]) == case["ids"]

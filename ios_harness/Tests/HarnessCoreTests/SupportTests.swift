@@ -46,6 +46,18 @@ import Testing
         #expect(a.allSatisfy { (0..<100).contains($0) })
     }
 
+    /// The same ids the Python side computes (`Tests/Fixtures/protocol/prompt_ids.json`).
+    @Test func promptMakerMatchesTheSharedVectors() throws {
+        struct Case: Decodable { let seed: Int; let count: Int; let vocab: Int; let ids: [Int] }
+        struct File: Decodable { let cases: [Case] }
+        let url = Fixtures.root.appendingPathComponent("protocol/prompt_ids.json")
+        let file = try JSONDecoder().decode(File.self, from: Data(contentsOf: url))
+        #expect(file.cases.count >= 3)
+        for c in file.cases {
+            #expect(PromptMaker.ids(seed: c.seed, count: c.count, vocab: c.vocab) == c.ids, "seed \(c.seed)")
+        }
+    }
+
     @Test func sha256KnownVectors() throws {
         func hex(_ s: String) -> String {
             var h = SHA256()
