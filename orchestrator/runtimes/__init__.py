@@ -1,4 +1,8 @@
-"""The runtimes a plan's arm can name. Launch and parse adapters per runtime hang off this table."""
+"""The runtimes a plan's arm can name, and the adapters that launch and parse the ones hosts run.
+
+Importing this package registers every adapter (``ADAPTERS`` in ``base``); the harness engines
+(`rawloop-*`) run through the harness CLI instead.
+"""
 
 from __future__ import annotations
 
@@ -13,4 +17,6 @@ RUNTIMES: dict[str, str] = {
     "numpy": "the numpy reference decoder (correctness oracle)",
 }
 
-__all__ = ["RUNTIMES"]
+from orchestrator.runtimes import llamacpp, numpy_ref, ort_genai  # noqa: E402  (registers the adapters)
+
+__all__ = ["RUNTIMES", "llamacpp", "numpy_ref", "ort_genai"]

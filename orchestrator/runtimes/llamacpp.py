@@ -1,0 +1,44 @@
+"""llama.cpp through llama-cpp-python, in its own environment (``orch runtimes install llamacpp``).
+
+Artifact: the plan's GGUF itself (the class is its format); `engine: {gguf: Q4_0}` picks a sibling
+format made from the same source. Engine options the driver reads: `repack` (default false: the
+CPU repack path faults on AMX-capable CPUs for quantized models), `n_batch` (prefill batch; default
+the plan's chunk width). llama.cpp keeps no on-disk caches: no cold caches to record.
+"""
+
+from __future__ import annotations
+
+import posixpath
+
+from orchestrator.devices.runners import LocalRunner
+from orchestrator.protocol import TrialSpec
+from orchestrator.runtimes.base import RuntimeContext, register
+from orchestrator.runtimes.process import Artifact, ArtifactError, DriverAdapter
+from orchestrator.runtimes.source import gguf_bytes_per_token, quant_class, source_dir, vocab_size
+
+
+class LlamaCpp(DriverAdapter):
+    name = "llamacpp"
+    label = "llama.cpp"
+    driver = "llamacpp_driver.py"
+
+    async def artifact(self, ctx: RuntimeContext, spec: TrialSpec) -> Artifact:
+        model = spec.model
+        if fmt := spec.tuning.get("gguf"):
+            model = posixpath.join(source_dir(spec.model), f"model-{fmt}.gguf")
+        if not model.endswith(".gguf"):
+            raise ArtifactError(f"llama.cpp loads GGUF files; {model} is not one")
+        if not await ctx.runner.exists(model):
+            raise ArtifactError(f"model not found: {model}",
+                                detail="make it with: orch model make (it writes F32, Q8_0 and Q4_0 GGUF files)")
+        per_token = gguf_bytes_per_token(model) if isinstance(ctx.runner, LocalRunner) else None
+        return Artifact(path=model, bytes_per_token=per_token, quant_class=quant_class(model))
+
+    async def vocab(self, ctx: RuntimeContext, spec: TrialSpec) -> int:
+        return await vocab_size(ctx.runner, spec.model)
+
+    def env_vars(self, spec: TrialSpec) -> dict[str, str]:
+        return {"OMP_NUM_THREADS": str(spec.threads)} if spec.threads else {}
+
+
+ADAPTER = register(LlamaCpp())
