@@ -29,7 +29,10 @@ extension RawLoopCPU {
         if let bad = spec.clearCaches.first(where: { !clearableCaches.contains($0) }) {
             throw HarnessError(.badSpec, "rawloop-cpu cannot clear cache '\(bad)' (knows: \(clearableCaches.sorted().joined(separator: ", ")))")
         }
+        // The last generated token is never fed back: prompt + decode - 1 positions; one more
+        // lets the runner's overflow check see the model's own limit when the spec exceeds it.
         let engine = try RawLoopCPU(modelPath: spec.model, threads: threads, kvCache: kv,
+                                    maxPositions: spec.promptTokens + spec.decodeTokens,
                                     dropPageCache: spec.clearCaches.contains("page_cache"))
         return (engine, spec.clearCaches.sorted())
     }

@@ -47,10 +47,19 @@ public final class RawLoopCPU: Engine {
 
     public let kvType: KVType
 
-    public init(modelPath: String, threads: Int, kvCache: KVType = .f16, dropPageCache: Bool = false) throws {
+    /// `maxPositions` bounds the KV cache (and rope tables) below the model's context when a run
+    /// needs fewer positions; a file claiming an absurd context then cannot exhaust memory.
+    public init(modelPath: String, threads: Int, kvCache: KVType = .f16, maxPositions: Int? = nil,
+                dropPageCache: Bool = false) throws {
         kvType = kvCache
         file = try GGUFFile(path: modelPath, dropPageCache: dropPageCache)
-        config = try LlamaConfig(file: file)
+        var c = try LlamaConfig(file: file)
+        c.contextLength = min(c.contextLength, max(1, maxPositions ?? c.contextLength))
+        let kvBytes = 2.0 * Double(c.layers) * Double(c.contextLength) * Double(c.kvDim) * (kvCache == .f16 ? 2 : 4)
+        if kvBytes > Double(ProcessInfo.processInfo.physicalMemory) / 2 {
+            throw HarnessError(.outOfMemory, "a KV cache for \(c.contextLength) positions needs \(Int(kvBytes / 1e6)) MB")
+        }
+        config = c
         guard config.headDim % 8 == 0 else {
             throw HarnessError(.badModel, "head dim \(config.headDim) is not a multiple of 8")
         }
