@@ -37,8 +37,9 @@ def main() -> int:
             "model": {"type": "WordLevel", "vocab": words, "unk_token": "<unk>"},
         }
         Path(stage, "tokenizer.json").write_text(json.dumps(tokenizer))
-        special = {"unk_token": "<unk>", "bos_token": "<s>", "eos_token": "</s>"}
-        Path(stage, "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "PreTrainedTokenizerFast", **special}))
+        special = {"tokenizer_class": "PreTrainedTokenizerFast", "unk_token": "<unk>", "bos_token": "<s>",
+                   "eos_token": "</s>"}
+        Path(stage, "tokenizer_config.json").write_text(json.dumps(special))
         env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
         argv = [sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", stage, "-o", tmp,
                 "-p", precision, "-e", "cpu", "-c", stage + "-cache"]

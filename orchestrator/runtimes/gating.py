@@ -1,0 +1,135 @@
+"""Token gates for a run: every real trial's token ids against the numpy reference decoder.
+
+For each arm the reference is the source model's GGUF of the arm's quantization class (the plan's
+model, or the sibling file of the class the arm asked for: `gguf: Q4_0`, `precision: int4`), with
+the plan's prompt. The near-tie tolerance follows how close the runtime's arithmetic is to the
+reference's (``analysis.tokengate.TIE``). Simulated devices produce no real tokens: not gated.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from orchestrator.analysis.tokengate import TIE, Gate, GateVerdict, gate
+from orchestrator.config.plan import Arm
+from orchestrator.results.records import Manifest, Record, TrialRecord
+from orchestrator.runtimes.source import ORT_PRECISION, quant_class
+
+OWN_QUANTIZER = ("ort-genai", "mlx", "litert-lm")  # convert from the HF weights with their own quantizers
+_PRECISION_CLASS = {v: k for k, v in ORT_PRECISION.items()}
+ORDER: tuple[GateVerdict, ...] = ("bit-exact", "quality-class", "mismatch")
+
+
+def reference_model(arm: Arm, plan_model: str) -> tuple[str, str]:
+    """(GGUF path, class) the arm's tokens are gated against."""
+    model = os.path.expanduser(plan_model)
+    want = arm.engine.get("gguf") or _PRECISION_CLASS.get(str(arm.engine.get("precision", "")))
+    if want and want != quant_class(model):
+        sibling = Path(model).with_name(f"model-{want}.gguf")
+        if sibling.is_file():
+            return str(sibling), str(want)
+    return model, quant_class(model)
+
+
+def tolerance(runtime: str, klass: str, ref_class: str) -> float:
+    if klass != ref_class:
+        return TIE["other-quantizer"]
+    if klass == "F32":
+        return TIE["same-weights"]
+    if runtime == "numpy":
+        return TIE["same-weights"]
+    return TIE["other-quantizer"] if runtime in OWN_QUANTIZER else TIE["same-class"]
+
+
+@dataclass
+class _Reference:
+    weights: object
+    prompt: list[int]
+    tokens: list[int]
+    scored: dict[tuple[int, ...], np.ndarray]
+
+
+class Gater:
+    """Reference decodes and teacher-forced scores, each computed once per model and sequence."""
+
+    def __init__(self) -> None:
+        self._refs: dict[tuple[str, int, int, int, int], _Reference] = {}
+
+    def reference(self, model: str, seed: int, prompt_tokens: int, decode_tokens: int, chunk: int) -> _Reference:
+        from orchestrator.runtimes.prompt import prompt_ids
+        from orchestrator.runtimes.reference import Weights, greedy
+
+        key = (model, seed, prompt_tokens, decode_tokens, chunk)
+        if key not in self._refs:
+            w = Weights(model)
+            prompt = prompt_ids(seed, prompt_tokens, w.shape.vocab)
+            tokens = greedy(w, prompt, decode_tokens, 1).token_ids
+            self._refs[key] = _Reference(w, prompt, tokens, {})
+        return self._refs[key]
+
+    def gate(self, ref: _Reference, tokens: list[int], tie: float) -> Gate:
+        from orchestrator.runtimes.reference import Weights, score
+
+        def scored(seq: Sequence[int]) -> np.ndarray:
+            k = tuple(seq)
+            if k not in ref.scored:
+                assert isinstance(ref.weights, Weights)
+                ref.scored[k] = score(ref.weights, ref.prompt, list(seq))
+            return ref.scored[k]
+
+        return gate(tokens, ref.tokens, scored, tie)
+
+
+def run_gates(manifest: Manifest, records: list[Record], gater: Gater | None = None) -> pd.DataFrame:
+    """One row per device and arm: the worst prefill and decode gate over its ok trials."""
+    gater = gater or Gater()
+    plan = manifest.plan
+    sim = {d.id for d in manifest.fleet.devices if d.kind == "sim"}
+    rows: dict[tuple[str, str], dict[str, object]] = {}
+    for r in records:
+        if not isinstance(r, TrialRecord) or r.result is None or r.result.trial1 is None or r.device in sim:
+            continue
+        arm = plan.arm(r.arm)
+        model, ref_class = reference_model(arm, plan.model)
+        key = (r.device, r.arm)
+        row = rows.setdefault(key, {"device": r.device, "arm": r.arm, "runtime": arm.runtime, "quant_class": ref_class,
+                                    "trials": 0, "sequences": set(), "prefill": "bit-exact", "decode": "bit-exact",
+                                    "first_divergence": None, "worst_margin": 0.0, "tie": None, "error": None})
+        row["trials"] = int(str(row["trials"])) + 1
+        if not Path(model).is_file():
+            row["error"] = f"no reference model at {model}"
+            continue
+        runtime_class = str(arm.engine.get("gguf") or _PRECISION_CLASS.get(str(arm.engine.get("precision", "")))
+                            or quant_class(model))
+        tie = tolerance(arm.runtime, runtime_class, ref_class)
+        ref = gater.reference(model, plan.seed, plan.trial.prompt_tokens, plan.trial.decode_tokens, 1)
+        tokens = list(r.result.trial1.token_ids)
+        g = gater.gate(ref, tokens, tie)
+        seqs = row["sequences"]
+        assert isinstance(seqs, set)
+        seqs.add(tuple(tokens))
+        row["tie"] = tie
+        row["prefill"] = max(str(row["prefill"]), g.prefill, key=ORDER.index)
+        row["decode"] = max(str(row["decode"]), g.decode, key=ORDER.index)
+        if g.first_divergence is not None:
+            prev = row["first_divergence"]
+            row["first_divergence"] = g.first_divergence if prev is None else min(int(str(prev)), g.first_divergence)
+            row["worst_margin"] = max(float(str(row["worst_margin"])), g.worst_margin or 0.0)
+    out = []
+    for row in rows.values():
+        seqs = row.pop("sequences")
+        assert isinstance(seqs, set)
+        row["distinct_sequences"] = len(seqs)
+        out.append(row)
+    columns = ["device", "arm", "runtime", "quant_class", "trials", "distinct_sequences", "prefill", "decode",
+               "first_divergence", "worst_margin", "tie", "error"]
+    return pd.DataFrame(out, columns=columns)
+
+
+__all__ = ["Gater", "reference_model", "run_gates", "tolerance"]
