@@ -32,7 +32,9 @@ TAIL_LINES = 12
 
 # Signatures of faults worth naming in the message (the tail is kept whatever matched).
 _FAULTS: list[tuple[re.Pattern[str], str]] = [
-    (re.compile(r"amx|AMX"), "AMX kernel fault (turn repack off: engine option repack: false)"),
+    # ggml's AMX kernels live in ggml-cpu/amx/: a fault there names its source file.
+    (re.compile(r"ggml-cpu/amx/|amx/mmq\.cpp|amx\.cpp"),
+     "AMX kernel fault (turn repack off: engine option repack: false)"),
     (re.compile(r"Illegal instruction|SIGILL"), "illegal instruction (a build for another CPU?)"),
     (re.compile(r"out of memory|std::bad_alloc|MemoryError|Cannot allocate"), "out of memory"),
     (re.compile(r"No such file or directory|FileNotFoundError|failed to open|does not exist"), "file not found"),
@@ -59,6 +61,17 @@ def _why(text: str) -> str | None:
     return next((why for pattern, why in _FAULTS if pattern.search(text)), None)
 
 
+_EXCEPTION = re.compile(r"^([A-Za-z_][\w.]*(Error|Exception)): (.*)$")
+
+
+def _exception(stderr: str) -> str | None:
+    """The last line of a Python traceback (`RuntimeError: ...`), shortened."""
+    for line in reversed(stderr.strip().splitlines()):
+        if m := _EXCEPTION.match(line.strip()):
+            return f"{m.group(1)}: {m.group(3)[:200]}"
+    return None
+
+
 def parse_output(res: CommandResult, timeout: float | None = None) -> DriverOutput | TrialFailure:
     """A driver's exit status and output -> its report, or the typed failure with the output's tail."""
     detail = tail(res) or None
@@ -80,7 +93,7 @@ def parse_output(res: CommandResult, timeout: float | None = None) -> DriverOutp
     if code != 0:
         signum = -code if code < 0 else code - 128 if code > 128 else None
         how = f"killed by signal {signum}" if signum else f"exit {code}"
-        why = _why(res.stderr + res.stdout)
+        why = _why(res.stderr + res.stdout) or _exception(res.stderr)
         return TrialFailure(kind="crashed", message=f"runtime {how}" + (f": {why}" if why else ""), detail=detail)
     raw = next((ln[len(RESULT):] for ln in reversed(lines) if ln.startswith(RESULT)), None)
     if raw is None:

@@ -14,6 +14,8 @@ import time
 from pathlib import Path
 from typing import Any, NoReturn
 
+_KEEP: list[Any] = []
+
 
 def fail(kind: str, message: str) -> NoReturn:
     print("ORCH_ERROR " + json.dumps({"kind": kind, "message": message}), flush=True)
@@ -32,19 +34,42 @@ def main() -> None:
     batch = int(opts.get("n_batch", job["chunk_width"]))
     params = dict(
         model_path=job["model"], n_ctx=len(job["prompt_ids"]) + job["decode_tokens"] + 8, n_threads=threads,
-        n_threads_batch=threads, n_batch=batch, n_ubatch=batch, verbose=bool(opts.get("verbose", True)),
+        n_threads_batch=threads, n_batch=batch, n_ubatch=batch, verbose=True,
         seed=0, logits_all=False,
     )
     # The CPU repack (extra buffer types) path faults on AMX-capable CPUs for quantized models:
-    # off unless the plan turns it on.
-    if not opts.get("repack", False):
-        params["use_extra_bufts"] = False
+    # off unless the plan turns it on. The binding has no argument for it: set it on the model
+    # parameters it starts from.
+    repack = bool(opts.get("repack", False))
+    low = llama_cpp.llama_cpp
+    defaults = low.llama_model_default_params
+
+    def model_params() -> Any:
+        p = defaults()
+        p.use_extra_bufts = repack
+        return p
+
+    low.llama_model_default_params = model_params
+    # Keep llama.cpp's warnings and errors on stderr (the failure tail), not its per-token debug
+    # lines; `verbose=False` would also swallow the load errors. ggml's levels: 1 debug, 2 info,
+    # 3 warn, 4 error, 5 continues the previous line.
+    shown = 1 if opts.get("verbose") else 3
+    last = [0]
+
+    @low.llama_log_callback
+    def log(level: int, text: bytes, _user: Any) -> None:
+        if level != 5:
+            last[0] = level
+        if last[0] >= shown:
+            sys.stderr.write(text.decode("utf-8", "replace"))
+
+    low.llama_log_set(log, None)
+    _KEEP.append(log)  # the C side calls it until exit: it must outlive main()
+    from llama_cpp import llama as binding
+
+    binding.set_verbose = lambda _verbose: None
+
     try:
-        llm = llama_cpp.Llama(**params)
-    except TypeError as exc:  # an older binding without use_extra_bufts
-        if "use_extra_bufts" not in str(exc):
-            raise
-        params.pop("use_extra_bufts")
         llm = llama_cpp.Llama(**params)
     except ValueError as exc:
         fail("bad_model", str(exc))
@@ -59,7 +84,7 @@ def main() -> None:
     gens: list[dict[str, Any]] = []
     for _ in range(1 + job.get("warm", 0)):
         llm.reset()
-        llm._ctx.memory_clear(True)
+        llm._ctx.kv_cache_clear()
         t0 = time.perf_counter_ns()
         llm.eval(prompt)
         token = int(np.argmax(last_logits()))
@@ -74,7 +99,8 @@ def main() -> None:
     out: dict[str, Any] = {
         "runtime": "llamacpp", "version": "llama-cpp-python " + llama_cpp.__version__, "threads": threads,
         "chunk_width": batch, "generations": gens,
-        "info": {"system": llama_cpp.llama_print_system_info().decode(), "repack": bool(opts.get("repack", False))},
+        "info": {"system": llama_cpp.llama_print_system_info().decode(), "repack": repack,
+                 "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "")},
     }
     print("ORCH_RUNTIME " + json.dumps(out), flush=True)
 
