@@ -1,0 +1,92 @@
+"""Isolated environments and `orch runtimes`: install progress from pip's output, what counts as
+installed, the not-installed message, list and gate through the CLI."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from orchestrator.cli_runtimes import register
+from orchestrator.config import HostDeviceConfig
+from orchestrator.devices.host import HostDevice
+from orchestrator.devices.runners import LocalRunner
+from orchestrator.protocol import TrialSpec
+from orchestrator.runtimes import envs
+from orchestrator.runtimes.envs import InstallError, install, installed
+
+PIP_LINES = """Using pip 23.2.1 from /x/venv/lib/python3.11/site-packages/pip (python 3.11)
+Collecting llama-cpp-python==0.3.36
+  Downloading llama_cpp_python-0.3.36.tar.gz (52.3 MB)
+Building wheels for collected packages: llama-cpp-python
+  Building wheel for llama-cpp-python (pyproject.toml): started
+  [1/193] /usr/bin/cc -O3 -c ggml.c
+  [96/193] /usr/bin/g++ -O3 -c llama.cpp
+  [193/193] Linking CXX shared library libllama.so
+Installing collected packages: llama-cpp-python
+Successfully installed llama-cpp-python-0.3.36
+"""
+
+
+def app() -> typer.Typer:
+    a = typer.Typer()
+
+    @a.command()
+    def version() -> None:  # a second command keeps `runtimes` a group, as in the real app
+        pass
+
+    register(a)
+    return a
+
+
+def test_pip_output_becomes_monotonic_progress() -> None:
+    seen: list[tuple[str, float]] = []
+    envs._steps(iter(PIP_LINES.splitlines(True)), lambda what, frac: seen.append((what, frac)), tail := [])
+    assert seen[0] == ("resolving llama-cpp-python==0.3.36", 0.05)
+    assert ("compiling", pytest.approx(0.1 + 0.8 * 96 / 193)) in seen
+    assert seen[-1] == ("installing", 0.92) and tail[-1] == "Successfully installed llama-cpp-python-0.3.36"
+
+
+def test_installed_needs_the_stamp_and_the_interpreter(tmp_path: Path) -> None:
+    assert installed("llamacpp", tmp_path) is None
+    d = tmp_path / "runtimes" / "llamacpp"
+    (d / "venv" / "bin").mkdir(parents=True)
+    (d / "venv" / "bin" / "python").write_text("")
+    assert installed("llamacpp", tmp_path) is None, "an interrupted install has no stamp"
+    (d / "installed.json").write_text(json.dumps({"versions": {"llama-cpp-python": "0.3.36"}, "seconds": 400.0}))
+    got = installed("llamacpp", tmp_path)
+    assert got is not None and got.versions == {"llama-cpp-python": "0.3.36"} and got.disk_bytes() > 0
+    with pytest.raises(InstallError, match="installable"):
+        install("nope", root=tmp_path)
+
+
+@pytest.mark.parametrize("runtime", ["llamacpp", "ort-genai"])
+def test_a_runtime_not_installed_names_the_install_command(
+    runtime: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ORCH_CACHE", str(tmp_path / "cache"))
+    device = HostDevice(HostDeviceConfig(id="here", kind="host", workdir=str(tmp_path)), LocalRunner())
+    spec = TrialSpec(run_id="r", trial_id="t", engine=runtime, model=str(tmp_path / "model-Q8_0.gguf"),
+                     prompt_tokens=4, decode_tokens=4)
+    failure = asyncio.run(device.run_trial(spec, 30))
+    assert failure.kind == "launch_failed"  # type: ignore[union-attr]
+    assert f"orch runtimes install {runtime}" in failure.message  # type: ignore[union-attr]
+
+
+def test_cli_list_install_and_gate_input(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ORCH_CACHE", str(tmp_path))
+    res = CliRunner().invoke(app(), ["runtimes", "list", "--json"])
+    assert res.exit_code == 0, res.output
+    rows = {r["runtime"]: r for r in map(json.loads, res.output.splitlines())}
+    assert rows["llamacpp"]["installed"] is False and rows["llamacpp"]["install"] == "orch runtimes install llamacpp"
+    assert rows["numpy"]["installed"] is True and set(rows) >= {"rawloop-cpu", "ort-genai", "mlx", "litert-lm"}
+    res = CliRunner().invoke(app(), ["runtimes", "list"])
+    assert res.exit_code == 0 and "orch runtimes install ort-genai" in res.output
+    res = CliRunner().invoke(app(), ["runtimes", "install", "tensorflow"])
+    assert res.exit_code == 2 and "installable runtimes are llamacpp" in res.output
+    res = CliRunner().invoke(app(), ["runtimes", "gate", "no-such-run", "--results", str(tmp_path)])
+    assert res.exit_code == 2

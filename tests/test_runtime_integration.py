@@ -1,0 +1,84 @@
+"""Real competitor runtimes on this host, where installed (`orch runtimes install llamacpp
+ort-genai`; CI installs them): one interleaved orch run against the numpy reference, token gates,
+and ORT-GenAI's cached, atomic conversion."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from test_run import invoke, only_run, write_inputs
+
+from orchestrator.config import Fleet, Plan
+from orchestrator.devices.runners import LocalRunner
+from orchestrator.models.maker import make_model
+from orchestrator.protocol import TrialSpec
+from orchestrator.results import load_trials
+from orchestrator.runtimes.base import RuntimeContext
+from orchestrator.runtimes.envs import installed
+from orchestrator.runtimes.gating import run_gates
+from orchestrator.runtimes.ort_genai import ADAPTER as ORT
+
+needs_llamacpp = pytest.mark.skipif(installed("llamacpp") is None, reason="llama.cpp not installed")
+needs_ort = pytest.mark.skipif(installed("ort-genai") is None, reason="ORT-GenAI not installed")
+pytestmark = pytest.mark.runtime
+
+
+@pytest.fixture(scope="module")
+def t1(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_model("llama", "t1", 0, tmp_path_factory.mktemp("m") / "t1").directory
+
+
+@needs_llamacpp
+@needs_ort
+def test_one_interleaved_run_of_three_runtimes_with_token_gates(t1: Path, tmp_path: Path) -> None:
+    fleet = Fleet.model_validate({"name": "here", "devices": [
+        {"id": "here", "kind": "host", "workdir": str(tmp_path / "w")}]})
+    plan = Plan.model_validate({
+        "name": "competitors", "model": str(t1 / "model-Q8_0.gguf"), "blocks": 6, "order": "williams",
+        "arms": [{"name": "ref", "runtime": "numpy", "threads": 1},
+                 {"name": "llama", "runtime": "llamacpp", "threads": 1},
+                 {"name": "ort", "runtime": "ort-genai", "threads": 1}],
+        "trial": {"prompt_tokens": 16, "decode_tokens": 24, "timeout_s": 300},
+        "settle": {"min_gap_s": 0, "flat_window_s": 0, "poll_s": 1, "timeout_s": 60},
+    })
+    f, p = write_inputs(tmp_path, fleet, plan)
+    code, out = invoke("run", "--fleet", str(f), "--plan", str(p), "--results", str(tmp_path / "r"))
+    assert code == 0, out
+    run = only_run(tmp_path / "r")
+    trials = load_trials(run.path)
+    assert (trials["status"] == "ok").all(), trials[["arm", "failure_message"]]
+    assert len(trials) == 18 and (trials["decode_tok_s"] > 0).all()
+    versions = dict(zip(trials["arm"], trials["engine_version"], strict=False))
+    assert versions["llama"].startswith("llama-cpp-python") and versions["ort"].startswith("onnxruntime-genai")
+    gates = run_gates(run.manifest(), run.records()).set_index("arm")
+    assert gates.loc["ref", "decode"] == "bit-exact" and gates.loc["ref", "prefill"] == "bit-exact"
+    # Same Q8_0 weights (llama.cpp) or the same class by another quantizer (ORT int8): never a mismatch.
+    assert set(gates["decode"]) <= {"bit-exact", "quality-class"}, gates
+    assert set(gates["prefill"]) <= {"bit-exact", "quality-class"}, gates
+    assert (gates["distinct_sequences"] == 1).all(), "greedy decode is deterministic in every runtime"
+
+
+@needs_ort
+def test_ort_conversion_is_cached_by_content_and_never_half_written(t1: Path, tmp_path: Path) -> None:
+    ctx = RuntimeContext(LocalRunner(), str(tmp_path), "here")
+    spec = TrialSpec(run_id="r", trial_id="t", engine="ort-genai", model=str(t1 / "model-Q4_0.gguf"),
+                     prompt_tokens=4, decode_tokens=4)
+    art = asyncio.run(ORT.artifact(ctx, spec))
+    folder = Path(art.path)
+    assert art.quant_class == "Q4_0" and "-int4-" in folder.name and (folder / "genai_config.json").is_file()
+    stamp = (folder / "genai_config.json").stat().st_mtime_ns
+    again = asyncio.run(ORT.artifact(ctx, spec))
+    assert again.path == art.path and (folder / "genai_config.json").stat().st_mtime_ns == stamp, "not reconverted"
+    assert not [p for p in folder.parent.iterdir() if ".tmp-" in p.name], "no half-written conversions left"
+
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "config.json").write_text('{"vocab_size": 288}')
+    (broken / "model.safetensors").write_bytes(b"not safetensors")
+    bad = spec.model_copy(update={"model": str(broken / "model-Q8_0.gguf"), "tuning": {"precision": "int8"}})
+    failure = asyncio.run(ORT.run_trial(ctx, bad, 300))
+    assert failure.kind == "launch_failed" and "conversion to int8 failed" in failure.message  # type: ignore[union-attr]
+    leftovers = [p for p in folder.parent.iterdir() if ".tmp-" in p.name]
+    assert not leftovers
