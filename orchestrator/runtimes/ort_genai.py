@@ -2,13 +2,14 @@
 
 Artifact: the source HF folder converted by GenAI's model builder to the plan model's class
 (Q8_0 -> int8, Q4_0 -> int4, F32 -> fp32; `engine: {precision: int4}` overrides), cached under
-``<cache>/artifacts/ort-genai/<source sha256>-<precision>-<builder version>``. The conversion runs
+``<cache>/artifacts/ort-genai/<source sha256>-<precision>-<builder version>-<converter sha256>``. The conversion runs
 on the host in the runtime's environment and is renamed into place only when complete.
 GenAI keeps no on-disk caches of its own (no compiled-graph cache is configured).
 """
 
 from __future__ import annotations
 
+import hashlib
 import posixpath
 
 from orchestrator.devices.runners import LocalRunner, RunnerError
@@ -16,24 +17,20 @@ from orchestrator.protocol import TrialSpec
 from orchestrator.runtimes.base import RuntimeContext, register
 from orchestrator.runtimes.envs import cache_root, host_env_python, installed
 from orchestrator.runtimes.process import DRIVERS, ERROR, Artifact, ArtifactError, DriverAdapter, tail
-from orchestrator.runtimes.source import ORT_PRECISION, quant_class, source_digest, source_dir, vocab_size
+from orchestrator.runtimes.source import (
+    ORT_PRECISION,
+    quant_class,
+    read_json,
+    source_digest,
+    source_dir,
+    vocab_size,
+)
 
 CONVERT_TIMEOUT_S = 1800.0
 
 
 async def host_cache(ctx: RuntimeContext) -> str:
     return str(cache_root()) if isinstance(ctx.runner, LocalRunner) else await ctx.runner.expand("~/.cache/orch")
-
-
-def folder_bytes(path: str) -> int | None:
-    """What a decode step reads: the model's weight data (the embedding table is gathered, but the
-    head reads it whole when tied, so the file size is the estimate)."""
-    from pathlib import Path
-
-    p = Path(path)
-    if not p.is_dir():
-        return None
-    return sum(f.stat().st_size for f in p.glob("model.onnx*") if f.is_file())
 
 
 class OrtGenAI(DriverAdapter):
@@ -53,11 +50,14 @@ class OrtGenAI(DriverAdapter):
             raise ArtifactError(f"ort-genai converts from the HF files beside the GGUF: {exc}") from None
         env = installed(self.name) if isinstance(ctx.runner, LocalRunner) else None
         builder = (env.versions.get("onnxruntime-genai", "0") if env else "0").replace("+", "_")
-        out = f"{await host_cache(ctx)}/artifacts/ort-genai/{digest[:16]}-{precision}-{builder}"
+        script = hashlib.sha256((DRIVERS / "ortgenai_convert.py").read_bytes()).hexdigest()[:8]
+        out = f"{await host_cache(ctx)}/artifacts/ort-genai/{digest[:16]}-{precision}-{builder}-{script}"
         klass = {"fp32": "F32", "int8": "Q8_0", "int4": "Q4_0"}.get(precision, precision)
         if not await ctx.runner.exists(posixpath.join(out, "genai_config.json")):
             await self._convert(ctx, source_dir(spec.model), out, precision)
-        return Artifact(path=out, bytes_per_token=folder_bytes(out), quant_class=klass)
+        facts = await read_json(ctx.runner, posixpath.join(out, "orch_artifact.json")) or {}
+        per_token = facts.get("bytes_per_decode_token")  # counted by the converter from the ONNX initializers
+        return Artifact(path=out, bytes_per_token=int(per_token) if per_token else None, quant_class=klass)
 
     async def _convert(self, ctx: RuntimeContext, hf: str, out: str, precision: str) -> None:
         python = await host_env_python(ctx.runner, self.name)

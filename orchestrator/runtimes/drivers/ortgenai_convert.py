@@ -21,6 +21,23 @@ def vocab(n: int) -> list[str]:
     return tokens + [f"\u2581t{i}" for i in range(n - len(tokens))]
 
 
+def weight_bytes(folder: str) -> dict[str, int]:
+    """Initializer bytes a decode step reads: all but the gathered tables (one row of each)."""
+    import onnx  # type: ignore[import-not-found]
+
+    model = onnx.load(os.path.join(folder, "model.onnx"), load_external_data=False)
+    gathered = {n.input[0] for n in model.graph.node if n.op_type == "Gather"}
+    total = table = 0
+    for t in model.graph.initializer:
+        size = next((int(e.value) for e in t.external_data if e.key == "length"), len(t.raw_data))
+        if t.name in gathered and t.dims:
+            table += size
+            total += size // int(t.dims[0])
+        else:
+            total += size
+    return {"bytes_per_decode_token": total, "gathered_table_bytes": table}
+
+
 def main() -> int:
     hf, out, precision = sys.argv[1], sys.argv[2], sys.argv[3]
     tmp = f"{out}.tmp-{os.getpid()}"
@@ -48,6 +65,7 @@ def main() -> int:
             print("ORCH_ERROR " + json.dumps({"kind": "conversion_failed", "message": f"model builder exit {code}"}))
             shutil.rmtree(tmp, ignore_errors=True)
             return 3
+        Path(tmp, "orch_artifact.json").write_text(json.dumps({"precision": precision, **weight_bytes(tmp)}))
         os.rename(tmp, out)
         print("ORCH_CONVERTED " + out)
         return 0
