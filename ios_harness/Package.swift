@@ -7,9 +7,11 @@ import PackageDescription
 /// `HARNESS_TARGET_CPU` overrides it (for example `znver4`, `skylake-avx512`, or `x86-64` for
 /// the portable baseline). Apple builds use the platform default.
 var cpuFlags: [SwiftSetting] = []
+var cFlags: [CSetting] = []
 #if os(Linux) && arch(x86_64)
 let targetCPU = Context.environment["HARNESS_TARGET_CPU"] ?? "haswell"
 cpuFlags = [.unsafeFlags(["-target-cpu", targetCPU], .when(platforms: [.linux]))]
+cFlags = [.unsafeFlags(["-march=\(targetCPU)", "-O3"], .when(platforms: [.linux]))]
 #endif
 
 let package = Package(
@@ -23,7 +25,9 @@ let package = Package(
     ],
     targets: [
         .target(name: "HarnessCore"),
-        .target(name: "HarnessCPU", dependencies: ["HarnessCore"], swiftSettings: cpuFlags),
+        // C only where Swift's SIMD types cannot say it: x86 int8 dot instructions (pmaddubsw).
+        .target(name: "HarnessKernels", cSettings: cFlags),
+        .target(name: "HarnessCPU", dependencies: ["HarnessCore", "HarnessKernels"], swiftSettings: cpuFlags),
         // Every file here is wrapped whole in `#if canImport(Metal)`: Linux compiles it to nothing.
         .target(name: "HarnessMetal", dependencies: ["HarnessCore", "HarnessCPU"], exclude: ["README.md"]),
         .executableTarget(

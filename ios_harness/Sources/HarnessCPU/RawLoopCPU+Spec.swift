@@ -31,7 +31,14 @@ extension RawLoopCPU {
         }
         // The last generated token is never fed back: prompt + decode - 1 positions; one more
         // lets the runner's overflow check see the model's own limit when the spec exceeds it.
-        let engine = try RawLoopCPU(modelPath: spec.model, threads: threads, kvCache: kv,
+        var kernels = KernelFamily.best
+        if let t = tuning["kernels"] {
+            guard case .string(let name) = t, let k = KernelFamily(rawValue: name), k == .swift || k == .best else {
+                throw HarnessError(.badTuning, "kernels must be \"swift\" or, on x86-64 builds with AVX2, \"avx2\"")
+            }
+            kernels = k
+        }
+        let engine = try RawLoopCPU(modelPath: spec.model, threads: threads, kvCache: kv, kernels: kernels,
                                     maxPositions: spec.promptTokens + spec.decodeTokens,
                                     dropPageCache: spec.clearCaches.contains("page_cache"))
         return (engine, spec.clearCaches.sorted())

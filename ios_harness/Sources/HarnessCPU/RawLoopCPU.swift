@@ -12,10 +12,10 @@ public final class RawLoopCPU: Engine {
     /// Bumped whenever kernel arithmetic changes (results are only comparable within a version).
     public static let engineVersion = "rawloop-cpu 1"
     /// Tuning parameters this engine accepts.
-    public static let tuningKeys: Set<String> = ["threads", "kv_cache"]
+    public static let tuningKeys: Set<String> = ["threads", "kv_cache", "kernels"]
 
     public let name = RawLoopCPU.engineName
-    public var version: String { "\(RawLoopCPU.engineVersion) (kv \(kvType.rawValue))" }
+    public var version: String { "\(RawLoopCPU.engineVersion) (kv \(kvType.rawValue), kernels \(kernels.rawValue))" }
     public let config: LlamaConfig
     public let file: GGUFFile
     let weights: LlamaWeights
@@ -28,8 +28,12 @@ public final class RawLoopCPU: Engine {
     /// Logits of the last position run (prefill's last token or the last decode step).
     public let logits: UnsafeMutablePointer<Float>
     public private(set) var position = 0
-    private let needQ8: Bool
-    private let needQ4: Bool
+    /// Which prepared-input layouts the matrices' kernels read.
+    private let prepQ8: Bool
+    private let prepQ4: Bool
+    private let prepPlain: Bool
+    /// The row-dot kernels of the quantized matrices.
+    public let kernels: KernelFamily
 
     public var contextLength: Int { config.contextLength }
     public var vocabSize: Int { config.vocab }
@@ -49,9 +53,10 @@ public final class RawLoopCPU: Engine {
 
     /// `maxPositions` bounds the KV cache (and rope tables) below the model's context when a run
     /// needs fewer positions; a file claiming an absurd context then cannot exhaust memory.
-    public init(modelPath: String, threads: Int, kvCache: KVType = .f16, maxPositions: Int? = nil,
-                dropPageCache: Bool = false) throws {
+    public init(modelPath: String, threads: Int, kvCache: KVType = .f16, kernels: KernelFamily = .best,
+                maxPositions: Int? = nil, dropPageCache: Bool = false) throws {
         kvType = kvCache
+        self.kernels = kernels
         file = try GGUFFile(path: modelPath, dropPageCache: dropPageCache)
         var c = try LlamaConfig(file: file)
         c.contextLength = min(c.contextLength, max(1, maxPositions ?? c.contextLength))
@@ -67,8 +72,10 @@ public final class RawLoopCPU: Engine {
         w.repack()
         weights = w
         let types = weights.weightTypes
-        needQ8 = types.contains(.q8_0)
-        needQ4 = types.contains(.q4_0)
+        let quantized = types.contains(.q8_0) || types.contains(.q4_0)
+        prepPlain = kernels == .avx2 && quantized
+        prepQ8 = kernels == .swift && types.contains(.q8_0)
+        prepQ4 = kernels == .swift && types.contains(.q4_0)
         pool = WorkerPool(threads: threads)
         kv = KVCache(config: config, half: kvCache == .f16)
         buffers = Buffers(config: config, columns: 1)
@@ -126,7 +133,7 @@ public final class RawLoopCPU: Engine {
 
     /// Runs `tokens` (at most `buffers.columns`) through every layer at the next positions.
     private func forward(_ tokens: [Int32]) throws {
-        let c = config, b = buffers, m = tokens.count, p0 = position
+        let c = config, b = buffers, m = tokens.count, p0 = position, ks = kernels
         let dim = c.dim, kvDim = c.kvDim, hd = c.headDim, hidden = c.hidden
         for (i, t) in tokens.enumerated() {
             guard t >= 0, Int(t) < c.vocab else { throw HarnessError(.badSpec, "token id \(t) outside the vocabulary") }
@@ -137,20 +144,20 @@ public final class RawLoopCPU: Engine {
         for (li, layer) in weights.layers.enumerated() {
             // Attention block: norm, fused q/k/v rows, rope, cache, attention, output + residual.
             for i in 0..<m { Ops.rmsNorm(b.x + i * dim, layer.attnNorm, b.xn + i * dim, count: dim, eps: c.normEps) }
-            b.prepDim.prepare(b.xn, count: m, q8: needQ8, q4: needQ4)
+            b.prepDim.prepare(b.xn, count: m, q8: prepQ8, q4: prepQ4, plain: prepPlain)
             let qkvRows = dim + 2 * kvDim
             pool.run { id in
                 let share = WorkerPool.share(qkvRows, id, parts)
                 let qr = share.clamped(to: 0..<dim)
                 let kr = share.clamped(to: dim..<(dim + kvDim))
                 let vr = share.clamped(to: (dim + kvDim)..<qkvRows)
-                if !qr.isEmpty { layer.q.multiply(rows: qr, input: b.prepDim, out: b.q, outStride: dim) }
+                if !qr.isEmpty { layer.q.multiply(rows: qr, input: b.prepDim, out: b.q, outStride: dim, kernels: ks) }
                 if !kr.isEmpty {
-                    layer.k.multiply(rows: (kr.lowerBound - dim)..<(kr.upperBound - dim), input: b.prepDim, out: b.k, outStride: kvDim)
+                    layer.k.multiply(rows: (kr.lowerBound - dim)..<(kr.upperBound - dim), input: b.prepDim, out: b.k, outStride: kvDim, kernels: ks)
                 }
                 if !vr.isEmpty {
                     let lo = dim + kvDim
-                    layer.v.multiply(rows: (vr.lowerBound - lo)..<(vr.upperBound - lo), input: b.prepDim, out: b.v, outStride: kvDim)
+                    layer.v.multiply(rows: (vr.lowerBound - lo)..<(vr.upperBound - lo), input: b.prepDim, out: b.v, outStride: kvDim, kernels: ks)
                 }
             }
             for i in 0..<m {
@@ -177,19 +184,19 @@ public final class RawLoopCPU: Engine {
                     }
                 }
             }
-            b.prepDim.prepare(b.att, count: m, q8: needQ8, q4: needQ4)
+            b.prepDim.prepare(b.att, count: m, q8: prepQ8, q4: prepQ4, plain: prepPlain)
             pool.run { id in
                 let rows = WorkerPool.share(dim, id, parts)
-                layer.o.multiply(rows: rows, input: b.prepDim, out: b.tmp, outStride: dim)
+                layer.o.multiply(rows: rows, input: b.prepDim, out: b.tmp, outStride: dim, kernels: ks)
                 for i in 0..<m { for r in rows { b.x[i * dim + r] += b.tmp[i * dim + r] } }
             }
             // MLP block: norm, fused gate/up rows with SiLU, down + residual.
             for i in 0..<m { Ops.rmsNorm(b.x + i * dim, layer.ffnNorm, b.xn + i * dim, count: dim, eps: c.normEps) }
-            b.prepDim.prepare(b.xn, count: m, q8: needQ8, q4: needQ4)
+            b.prepDim.prepare(b.xn, count: m, q8: prepQ8, q4: prepQ4, plain: prepPlain)
             pool.run { id in
                 let rows = WorkerPool.share(hidden, id, parts)
-                layer.gate.multiply(rows: rows, input: b.prepDim, out: b.gate, outStride: hidden)
-                layer.up.multiply(rows: rows, input: b.prepDim, out: b.up, outStride: hidden)
+                layer.gate.multiply(rows: rows, input: b.prepDim, out: b.gate, outStride: hidden, kernels: ks)
+                layer.up.multiply(rows: rows, input: b.prepDim, out: b.up, outStride: hidden, kernels: ks)
                 for i in 0..<m {
                     for r in rows {
                         let j = i * hidden + r
@@ -197,10 +204,10 @@ public final class RawLoopCPU: Engine {
                     }
                 }
             }
-            b.prepHidden.prepare(b.hidden, count: m, q8: needQ8, q4: needQ4)
+            b.prepHidden.prepare(b.hidden, count: m, q8: prepQ8, q4: prepQ4, plain: prepPlain)
             pool.run { id in
                 let rows = WorkerPool.share(dim, id, parts)
-                layer.down.multiply(rows: rows, input: b.prepHidden, out: b.tmp, outStride: dim)
+                layer.down.multiply(rows: rows, input: b.prepHidden, out: b.tmp, outStride: dim, kernels: ks)
                 for i in 0..<m { for r in rows { b.x[i * dim + r] += b.tmp[i * dim + r] } }
             }
         }
@@ -212,12 +219,12 @@ public final class RawLoopCPU: Engine {
 
     /// Final norm and output head for the last position run; returns the greedy token.
     private func head() -> Int32 {
-        let c = config, b = buffers
+        let c = config, b = buffers, ks = kernels
         Ops.rmsNorm(b.x + lastColumn * c.dim, weights.outputNorm, b.xn, count: c.dim, eps: c.normEps)
-        b.prepDim.prepare(b.xn, count: 1, q8: needQ8, q4: needQ4)
+        b.prepDim.prepare(b.xn, count: 1, q8: prepQ8, q4: prepQ4, plain: prepPlain)
         let parts = pool.parts, vocab = c.vocab, out = logits, headMatrix = weights.head
         pool.run { id in
-            headMatrix.multiply(rows: WorkerPool.share(vocab, id, parts), input: b.prepDim, out: out, outStride: vocab)
+            headMatrix.multiply(rows: WorkerPool.share(vocab, id, parts), input: b.prepDim, out: out, outStride: vocab, kernels: ks)
         }
         var best = 0
         for i in 1..<vocab where logits[i] > logits[best] { best = i }

@@ -27,6 +27,7 @@ public struct StreamProbe {
         public var bufferBytes: Int
         public var lastLevelCacheBytes: Int?
         public var rowElements: Int
+        public var kernels: String
         public var results: [Measurement]
 
         enum CodingKeys: String, CodingKey {
@@ -35,6 +36,7 @@ public struct StreamProbe {
             case bufferBytes = "buffer_bytes"
             case lastLevelCacheBytes = "last_level_cache_bytes"
             case rowElements = "row_elements"
+            case kernels
         }
     }
 
@@ -42,6 +44,8 @@ public struct StreamProbe {
     public var bufferBytes: Int
     public var repeats: Int
     public var rowElements = 4096
+    /// The kernels the `*_kernel` patterns run (the engine's default).
+    public var kernels = KernelFamily.best
     let clock = SystemClock()
 
     /// Sizes the buffer at 16x the last-level cache (at least 256 MiB), capped at a quarter of RAM.
@@ -81,7 +85,8 @@ public struct StreamProbe {
         }
         return Report(
             harnessBuild: HarnessBuild.id, host: host, threads: threads, bufferBytes: bufferBytes,
-            lastLevelCacheBytes: host.lastLevelCacheBytes, rowElements: rowElements, results: results)
+            lastLevelCacheBytes: host.lastLevelCacheBytes, rowElements: rowElements, kernels: kernels.rawValue,
+            results: results)
     }
 
     private func measure(_ pattern: String, raw: UnsafeMutableRawPointer, pool: WorkerPool) -> Measurement {
@@ -115,10 +120,11 @@ public struct StreamProbe {
             let matrix = WeightMatrix(probe: UnsafeRawPointer(raw), rows: rows, cols: rowElements, type: type).assumingRepacked()
             let input = PreparedInput(length: rowElements, maxColumns: 1)
             let x = (0..<rowElements).map { Float(($0 * 7919) % 255) / 255 - 0.5 }
-            x.withUnsafeBufferPointer { input.prepare($0.baseAddress!, count: 1, q8: true, q4: true) }
+            x.withUnsafeBufferPointer { input.prepare($0.baseAddress!, count: 1, q8: true, q4: true, plain: true) }
             pass = {
                 pool.run { id in
-                    matrix.multiply(rows: WorkerPool.share(rows, id, pool.parts), input: input, out: out, outStride: rows)
+                    matrix.multiply(rows: WorkerPool.share(rows, id, pool.parts), input: input, out: out, outStride: rows,
+                                    kernels: kernels)
                 }
                 return rows * rowBytes
             }
@@ -136,10 +142,9 @@ public struct StreamProbe {
                            bestGBPerS: rates.last!, medianGBPerS: rates[rates.count / 2], repeats: repeats)
     }
 
-    /// Scales of 1.0 where a repacked row keeps them (after its quants).
+    /// Scales of 1.0 where a repacked row keeps them (before its quants).
     private static func setScales(_ row: UnsafeMutableRawPointer, blocks: Int, blockBytes: Int) {
-        let scales = row + blocks * (blockBytes - 2)
-        for b in 0..<blocks { scales.storeBytes(of: UInt16(0x3C00), toByteOffset: b * 2, as: UInt16.self) }
+        for b in 0..<blocks { row.storeBytes(of: UInt16(0x3C00), toByteOffset: b * 2, as: UInt16.self) }
     }
 
     /// Reads 64-byte vectors `range` (in vector units), folding them so the loads stay live.

@@ -4,7 +4,7 @@ import HarnessCPU
 
 let usage = """
     usage: harness run --spec FILE --out FILE [--tuning FILE]
-           harness probe --out FILE [--threads N] [--mib N] [--repeats N] [--patterns a,b]
+           harness probe --out FILE [--threads N] [--mib N] [--repeats N] [--patterns a,b] [--kernels swift|avx2]
            harness info
     """
 
@@ -33,7 +33,7 @@ case "run":
     }
 case "probe":
     do {
-        try args.only(["out", "threads", "mib", "repeats", "patterns"])
+        try args.only(["out", "threads", "mib", "repeats", "patterns", "kernels"])
         let out = try args.require("out")
         let host = HostInfo.current()
         guard let threads = Int(args.options["threads"] ?? String(host.logicalCpus)), threads >= 1 else { fail("bad --threads") }
@@ -46,7 +46,12 @@ case "probe":
         }
         guard let repeats = Int(args.options["repeats"] ?? "7"), repeats >= 1 else { fail("bad --repeats") }
         let patterns = args.options["patterns"].map { $0.split(separator: ",").map(String.init) }
-        let report = StreamProbe(threads: threads, bufferBytes: bytes, repeats: repeats).run(host: host, patterns: patterns)
+        var probe = StreamProbe(threads: threads, bufferBytes: bytes, repeats: repeats)
+        if let k = args.options["kernels"] {
+            guard let family = KernelFamily(rawValue: k), family == .swift || family == .best else { fail("bad --kernels") }
+            probe.kernels = family
+        }
+        let report = probe.run(host: host, patterns: patterns)
         try AtomicFile.write(ProtocolJSON.encoder().encode(report), to: out)
         for m in report.results {
             Console.line(m.pattern.padding(toLength: 12, withPad: " ", startingAt: 0) + String(format: " best %6.2f GB/s  median %6.2f GB/s", m.bestGBPerS, m.medianGBPerS))

@@ -30,6 +30,10 @@ import Testing
     /// 256 columns: whole Q4_0 block pairs; 96: an odd last block.
     @Test(arguments: [GGMLType.q8_0, .q4_0], [256, 96])
     func kernelsMatchScalarReference(_ type: GGMLType, _ cols: Int) throws {
+        for kernels in Set([KernelFamily.swift, .best]) { try check(type, cols, kernels) }
+    }
+
+    func check(_ type: GGMLType, _ cols: Int, _ kernels: KernelFamily) throws {
         var rng = Rng(s: 42)
         let rows = 7, columns = 6
         let bytes = makeRows(type, rows: rows, cols: cols, rng: &rng)
@@ -43,15 +47,19 @@ import Testing
                 let m = WeightMatrix(probe: UnsafeRawPointer(pb.baseAddress!), rows: rows, cols: cols, type: type).assumingRepacked()
                 let input = PreparedInput(length: cols, maxColumns: columns)
                 var out = [Float](repeating: 0, count: rows * columns)
-                x.withUnsafeBufferPointer { input.prepare($0.baseAddress!, count: columns, q8: true, q4: true) }
-                out.withUnsafeMutableBufferPointer { m.multiply(rows: 0..<rows, input: input, out: $0.baseAddress!, outStride: rows) }
+                x.withUnsafeBufferPointer { input.prepare($0.baseAddress!, count: columns, q8: true, q4: true, plain: true) }
+                out.withUnsafeMutableBufferPointer {
+                    m.multiply(rows: 0..<rows, input: input, out: $0.baseAddress!, outStride: rows, kernels: kernels)
+                }
                 var single = [Float](repeating: 0, count: rows)
                 var deq = [Float](repeating: 0, count: cols)
                 var deqPacked = [Float](repeating: 0, count: cols)
                 for c in 0..<columns {
                     let one = PreparedInput(length: cols, maxColumns: 1)
-                    x.withUnsafeBufferPointer { one.prepare($0.baseAddress! + c * cols, count: 1, q8: true, q4: true) }
-                    single.withUnsafeMutableBufferPointer { m.multiply(rows: 0..<rows, input: one, out: $0.baseAddress!, outStride: rows) }
+                    x.withUnsafeBufferPointer { one.prepare($0.baseAddress! + c * cols, count: 1, q8: true, q4: true, plain: true) }
+                    single.withUnsafeMutableBufferPointer {
+                        m.multiply(rows: 0..<rows, input: one, out: $0.baseAddress!, outStride: rows, kernels: kernels)
+                    }
                     for r in 0..<rows {
                         // Chunked columns give the one-column bits.
                         #expect(out[c * rows + r].bitPattern == single[r].bitPattern)

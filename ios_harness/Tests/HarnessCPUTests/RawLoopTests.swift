@@ -12,8 +12,8 @@ import Testing
 
     /// Greedy generation recording the bits of every logit vector (prefill's last, then each decode).
     func generate(_ path: String, threads: Int, chunk: Int, prompt: [Int32], steps: Int,
-                  kv: RawLoopCPU.KVType = .f32) throws -> Run {
-        let e = try RawLoopCPU(modelPath: path, threads: threads, kvCache: kv)
+                  kv: RawLoopCPU.KVType = .f32, kernels: KernelFamily = .best) throws -> Run {
+        let e = try RawLoopCPU(modelPath: path, threads: threads, kvCache: kv, kernels: kernels)
         func bits() -> [UInt32] { (0..<e.vocabSize).map { e.logits[$0].bitPattern } }
         var token = try e.prefill(prompt, chunkWidth: chunk)
         var run = Run(tokens: [token], logits: [bits()])
@@ -31,12 +31,15 @@ import Testing
     func chunkedPrefillIsBitIdentical(_ name: String) throws {
         let parts = name.split(separator: "/").map(String.init)
         let path = ModelFixtures.path(parts[0], parts[1])
-        for kv in [RawLoopCPU.KVType.f16, .f32] {
-            let sequential = try generate(path, threads: 2, chunk: 1, prompt: Self.prompt, steps: 12, kv: kv)
-            for m in [4, 16] {
-                let chunked = try generate(path, threads: 2, chunk: m, prompt: Self.prompt, steps: 12, kv: kv)
-                #expect(chunked.tokens == sequential.tokens, "M=\(m) kv=\(kv)")
-                #expect(chunked.logits == sequential.logits, "M=\(m) kv=\(kv): logits differ")
+        // Every kernel family this build has (Swift SIMD everywhere, AVX2 C on x86-64), both KV types.
+        for kernels in Set([KernelFamily.swift, .best]) {
+            for kv in [RawLoopCPU.KVType.f16, .f32] {
+                let sequential = try generate(path, threads: 2, chunk: 1, prompt: Self.prompt, steps: 12, kv: kv, kernels: kernels)
+                for m in [4, 16, 5] {
+                    let chunked = try generate(path, threads: 2, chunk: m, prompt: Self.prompt, steps: 12, kv: kv, kernels: kernels)
+                    #expect(chunked.tokens == sequential.tokens, "M=\(m) kv=\(kv) kernels=\(kernels)")
+                    #expect(chunked.logits == sequential.logits, "M=\(m) kv=\(kv) kernels=\(kernels): logits differ")
+                }
             }
         }
     }
@@ -45,9 +48,12 @@ import Testing
     func threadCountDoesNotChangeBits(_ name: String) throws {
         let parts = name.split(separator: "/").map(String.init)
         let path = ModelFixtures.path(parts[0], parts[1])
-        let one = try generate(path, threads: 1, chunk: 4, prompt: Self.prompt, steps: 8)
-        for t in [2, 3, 5] {
-            #expect(try generate(path, threads: t, chunk: 4, prompt: Self.prompt, steps: 8) == one, "threads=\(t)")
+        for kernels in Set([KernelFamily.swift, .best]) {
+            let one = try generate(path, threads: 1, chunk: 4, prompt: Self.prompt, steps: 8, kernels: kernels)
+            for t in [2, 3, 5] {
+                #expect(try generate(path, threads: t, chunk: 4, prompt: Self.prompt, steps: 8, kernels: kernels) == one,
+                        "threads=\(t) kernels=\(kernels)")
+            }
         }
     }
 
@@ -106,7 +112,10 @@ import Testing
         #expect(throws: HarnessError.self) { _ = try RawLoopCPU.make(spec: s, tuning: ["tile": .int(4)]) }
         #expect(throws: HarnessError.self) { _ = try RawLoopCPU.make(spec: s, tuning: ["kv_cache": .string("q8")]) }
         let (e, _) = try RawLoopCPU.make(spec: s, tuning: ["kv_cache": .string("f32"), "threads": .int(1)])
-        #expect(e.version.hasSuffix("(kv f32)") && e.threads == 1)
+        #expect(e.version.contains("kv f32") && e.threads == 1)
+        #expect(throws: HarnessError.self) { _ = try RawLoopCPU.make(spec: s, tuning: ["kernels": .string("neon")]) }
+        let (sw, _) = try RawLoopCPU.make(spec: s, tuning: ["kernels": .string("swift")])
+        #expect(sw.version.contains("kernels swift"))
         var c = s
         c.clearCaches = ["gpu_shader_cache"]
         #expect(throws: HarnessError.self) { _ = try RawLoopCPU.make(spec: c, tuning: [:]) }

@@ -43,8 +43,8 @@ enum Kernels {
     }
 }
 
-/// Q8_0 rows, repacked at load (`WeightMatrix.repack`): the row's 32-byte int8 quant blocks
-/// back to back, then its f16 scales. Same bytes as the GGUF row, in an order that loads whole
+/// Q8_0 rows, repacked at load (`WeightMatrix.repack`): the row's f16 scales, then its 32-byte
+/// int8 quant blocks back to back (`row` below points at the quants). Same bytes as the GGUF row, in an order that loads whole
 /// vectors: the scales of a row convert eight at a time (`Kernels.rowScales`).
 enum Q8_0Kernel {
     /// Splits a block's int8 weights into even and odd elements, sign-extended to int16.
@@ -88,9 +88,8 @@ enum Q8_0Kernel {
     }
 }
 
-/// Q4_0 rows, repacked at load: the row's 16-byte quant blocks back to back (element j in the
-/// low nibble of byte j, element j + 16 in the high nibble, value = nibble - 8), then its f16
-/// scales.
+/// Q4_0 rows, repacked at load: the row's f16 scales, then its 16-byte quant blocks back to back
+/// (element j in the low nibble of byte j, element j + 16 in the high nibble, value = nibble - 8).
 ///
 /// Blocks go in pairs: the two blocks' 32 quant bytes are one 16-lane vector of uint16, whose
 /// four nibble planes line up with the four input vectors of `PreparedInput.q4`; the -8 offset

@@ -13,6 +13,8 @@ final class PreparedInput {
     let q8: UnsafeMutablePointer<SIMD16<Int16>>
     /// Q4_0 layout: `pairs * 5` vectors per column, see `Q4_0Kernel`.
     let q4: UnsafeMutablePointer<SIMD16<Int16>>
+    /// The int8 values in natural order, `length` per column (the C kernels' input).
+    let i8: UnsafeMutablePointer<Int8>
     /// `scaleStride` block scales per column (zero past the last block).
     let scales: UnsafeMutablePointer<Float>
     let pairs: Int
@@ -33,6 +35,7 @@ final class PreparedInput {
         q8 = .allocate(capacity: maxColumns * blocks * 2)
         q4 = .allocate(capacity: maxColumns * pairs * 5)
         q4.initialize(repeating: SIMD16(), count: maxColumns * pairs * 5)
+        i8 = .allocate(capacity: maxColumns * length)
         scales = .allocate(capacity: maxColumns * scaleStride)
         scales.initialize(repeating: 0, count: maxColumns * scaleStride)
         floats = UnsafePointer(scales)
@@ -41,15 +44,16 @@ final class PreparedInput {
     deinit {
         q8.deallocate()
         q4.deallocate()
+        i8.deallocate()
         scales.deallocate()
     }
 
     /// Prepares `count` columns stored `length` floats apart at `x` for the given weight types.
-    func prepare(_ x: UnsafePointer<Float>, count: Int, q8: Bool, q4: Bool) {
+    func prepare(_ x: UnsafePointer<Float>, count: Int, q8: Bool, q4: Bool, plain: Bool = false) {
         precondition(count <= maxColumns)
         floats = x
         columns = count
-        guard q8 || q4 else { return }
+        guard q8 || q4 || plain else { return }
         let q8p = UnsafeMutableRawPointer(self.q8).assumingMemoryBound(to: Int16.self)
         let q4p = UnsafeMutableRawPointer(self.q4).assumingMemoryBound(to: Int16.self)
         withUnsafeTemporaryAllocation(of: Int16.self, capacity: 32) { buffer in
@@ -64,6 +68,10 @@ final class PreparedInput {
                     // |src * id| <= 127: the conversion cannot overflow.
                     for i in 0..<32 { q[i] = Int16(unsafe: (src[i] * id).rounded(.toNearestOrAwayFromZero)) }
                     scales[c &* scaleStride &+ b] = d
+                    if plain {
+                        let v = i8 + (c &* length &+ b &* 32)
+                        for i in 0..<32 { v[i] = Int8(truncatingIfNeeded: q[i]) }
+                    }
                     if q8 {
                         let v = q8p + (c &* blocks &* 2 &+ b &* 2) &* 16
                         for i in 0..<16 {
