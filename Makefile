@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 SWIFT ?= $(shell command -v swift 2>/dev/null || echo /opt/swift/usr/bin/swift)
 HARNESS := ios_harness
 
-.PHONY: demo test lint typecheck pytest swift sshd bench clean
+.PHONY: demo demo-host demo-sim runtimes test lint typecheck pytest swift sshd bench bench-runtimes clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -14,9 +14,35 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
-demo: $(STAMP)
-	$(BIN)/orch validate configs/sim-lab.yaml configs/plans/sim-ab.yaml
-	$(BIN)/orch run --fleet configs/sim-lab.yaml --plan configs/plans/sim-ab.yaml
+# The demo: the harness's raw loop against llama.cpp and ONNX Runtime GenAI on this machine's CPU
+# (same locally made model, settled, fresh, interleaved; verdicts, token gates, audit), then the
+# simulated phone lab. The first run installs the runtimes (~8 min on 2 cores: llama.cpp builds
+# from source) and makes the model; later runs reuse both (~3 min).
+RUNTIMES_CLI := $(BIN)/python -m orchestrator.cli_runtimes
+DEMO_RUNTIMES := llamacpp ort-genai
+M110 := $(HOME)/.cache/orch/models/llama-m110-s0/model-Q8_0.gguf
+DEMO_RESULTS := results
+
+demo: demo-host demo-sim
+
+demo-host: $(STAMP) runtimes
+	@test -f $(M110) || $(BIN)/orch model make --size m110
+	$(BIN)/orch validate configs/demo-fleet.yaml configs/plans/demo-host.yaml
+	$(BIN)/orch run --fleet configs/demo-fleet.yaml --plan configs/plans/demo-host.yaml --results $(DEMO_RESULTS)
+	@run=$$(ls -d $(DEMO_RESULTS)/*-demo-host-* | sort | tail -1); \
+	  $(RUNTIMES_CLI) gate $$run; \
+	  $(BIN)/orch audit $$run
+
+demo-sim: $(STAMP)
+	$(BIN)/orch validate configs/demo-fleet.yaml configs/plans/demo-sim.yaml
+	$(BIN)/orch run --fleet configs/demo-fleet.yaml --plan configs/plans/demo-sim.yaml --results $(DEMO_RESULTS)
+
+# Competitor runtimes, each in its own environment under ~/.cache/orch/runtimes (skipped when there).
+runtimes: $(STAMP)
+	$(RUNTIMES_CLI) install $(DEMO_RUNTIMES)
+
+# CI (CI=true) installs the runtimes first so their integration tests run; elsewhere they run where installed.
+TEST_RUNTIMES := $(if $(CI),runtimes)
 
 test: lint typecheck swift pytest
 
@@ -26,7 +52,7 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-pytest: $(STAMP) sshd
+pytest: $(STAMP) sshd $(TEST_RUNTIMES)
 	$(BIN)/pytest
 
 # The SSH tests run against a real OpenSSH server on loopback: install Debian's when missing.
@@ -44,6 +70,9 @@ swift:
 
 bench: $(STAMP)
 	$(BIN)/python bench/bench_controller.py
+
+bench-runtimes: $(STAMP) runtimes
+	$(BIN)/python bench/bench_runtimes.py
 
 clean:
 	rm -rf $(VENV) $(HARNESS)/.build

@@ -142,3 +142,7 @@ def register(app: typer.Typer) -> None:
 
 
 __all__ = ["register", "runtimes_app"]
+
+
+if __name__ == "__main__":  # `python -m orchestrator.cli_runtimes ...` works before cli.py registers it
+    runtimes_app()

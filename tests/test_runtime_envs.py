@@ -64,7 +64,7 @@ def test_installed_needs_the_stamp_and_the_interpreter(tmp_path: Path) -> None:
         install("nope", root=tmp_path)
 
 
-@pytest.mark.parametrize("runtime", ["llamacpp", "ort-genai"])
+@pytest.mark.parametrize("runtime", ["llamacpp", "ort-genai", "mlx"])
 def test_a_runtime_not_installed_names_the_install_command(
     runtime: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

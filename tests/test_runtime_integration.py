@@ -22,6 +22,7 @@ from orchestrator.runtimes.ort_genai import ADAPTER as ORT
 
 needs_llamacpp = pytest.mark.skipif(installed("llamacpp") is None, reason="llama.cpp not installed")
 needs_ort = pytest.mark.skipif(installed("ort-genai") is None, reason="ORT-GenAI not installed")
+needs_mlx = pytest.mark.skipif(installed("mlx") is None, reason="MLX not installed")
 pytestmark = pytest.mark.runtime
 
 
@@ -82,3 +83,29 @@ def test_ort_conversion_is_cached_by_content_and_never_half_written(t1: Path, tm
     assert failure.kind == "launch_failed" and "conversion to int8 failed" in failure.message  # type: ignore[union-attr]
     leftovers = [p for p in folder.parent.iterdir() if ".tmp-" in p.name]
     assert not leftovers
+
+
+@needs_mlx
+def test_mlx_cpu_linux_decodes_the_source_folder_like_the_reference(t1: Path, tmp_path: Path) -> None:
+    from orchestrator.analysis.tokengate import TIE, gate
+    from orchestrator.config import HostDeviceConfig
+    from orchestrator.devices.host import HostDevice
+    from orchestrator.protocol import TrialResult
+    from orchestrator.runtimes.prompt import prompt_ids
+    from orchestrator.runtimes.reference import Weights, greedy, score
+
+    device = HostDevice(HostDeviceConfig(id="here", kind="host", workdir=str(tmp_path)), LocalRunner())
+    spec = TrialSpec(run_id="r", trial_id="t", engine="mlx", model=str(t1 / "model-F32.gguf"), prompt_tokens=16,
+                     decode_tokens=24, seed=4)
+    result = asyncio.run(device.run_trial(spec, 300))
+    assert isinstance(result, TrialResult), result
+    assert "CPU, Linux" in result.engine_version and result.bytes_per_decode_token
+    w = Weights(t1 / "model-F32.gguf")
+    prompt = prompt_ids(4, 16, w.shape.vocab)
+    assert result.trial1 is not None
+    g = gate(result.trial1.token_ids, greedy(w, prompt, 24).token_ids, lambda t: score(w, prompt, list(t)),
+             TIE["same-weights"])
+    assert g.overall in ("bit-exact", "quality-class"), g
+    bad = spec.model_copy(update={"prompt_ids": [999] * 16})
+    failure = asyncio.run(device.run_trial(bad, 60))
+    assert not isinstance(failure, TrialResult) and failure.message.startswith("bad_spec: prompt id 999")

@@ -27,7 +27,7 @@ def fixture(runtime: str, case: str) -> tuple[dict[str, object], CommandResult]:
 
 
 def test_every_adapter_with_a_driver_has_fixtures_for_success_and_failures() -> None:
-    for runtime in ("llamacpp", "ort-genai"):
+    for runtime in ("llamacpp", "ort-genai", "mlx"):
         cases = {p.stem for p in (FIXTURES / runtime).glob("*.json")}
         assert {"ok", "ok_warm", "missing_model", "truncated_model", "prompt_out_of_range", "killed"} <= cases
 
@@ -41,7 +41,7 @@ def test_successes_parse_into_timed_generations(path: Path) -> None:
     job = d["job"]
     assert isinstance(job, dict)
     assert len(out.generations) == 1 + int(job["warm"])
-    assert out.version.split()[0] in ("llama-cpp-python", "onnxruntime-genai")
+    assert out.version.split()[0] in ("llama-cpp-python", "onnxruntime-genai", "mlx")
     for g in out.generations:
         assert len(g.token_ids) == job["decode_tokens"]
         assert g.decode_tok_s() > 0 and g.prefill_ns > 0 and g.ttft_ns == g.prefill_ns
@@ -49,7 +49,7 @@ def test_successes_parse_into_timed_generations(path: Path) -> None:
     assert all(g.token_ids == out.generations[0].token_ids for g in out.generations)
 
 
-@pytest.mark.parametrize("runtime", ["llamacpp", "ort-genai"])
+@pytest.mark.parametrize("runtime", ["llamacpp", "ort-genai", "mlx"])
 def test_a_success_becomes_a_trial_result_with_the_spec_ids(runtime: str) -> None:
     _d, res = fixture(runtime, "ok")
     out = parse_output(res)
@@ -57,13 +57,13 @@ def test_a_success_becomes_a_trial_result_with_the_spec_ids(runtime: str) -> Non
     spec = TrialSpec(run_id="r", trial_id="t1", engine=runtime, model="m.gguf", prompt_tokens=16, decode_tokens=16)
     result = to_result(spec, out, Artifact("m.gguf", 1_000_000, "Q8_0"), 16)
     assert isinstance(result, TrialResult)
-    assert result.engine_version == out.version and result.threads == 2
+    assert result.engine_version == out.version and result.threads == (None if runtime == "mlx" else 2)
     assert result.effective_gb_s() == pytest.approx(1e6 * result.decode_tok_s() / 1e9)  # type: ignore[operator]
     wrong = to_result(spec.model_copy(update={"decode_tokens": 17}), out, Artifact("m", None, "Q8_0"), 16)
     assert isinstance(wrong, TrialFailure) and wrong.kind == "bad_output"
 
 
-@pytest.mark.parametrize("runtime", ["llamacpp", "ort-genai"])
+@pytest.mark.parametrize("runtime", ["llamacpp", "ort-genai", "mlx"])
 def test_a_missing_model_is_a_launch_failure(runtime: str) -> None:
     _, res = fixture(runtime, "missing_model")
     out = parse_output(res)
@@ -80,6 +80,9 @@ def test_a_truncated_model_says_what_the_runtime_said() -> None:
     out = parse_output(res)
     assert isinstance(out, TrialFailure) and out.kind == "crashed"
     assert out.message.startswith("runtime exit 1: RuntimeError: Deserialize tensor")
+    _, res = fixture("mlx", "truncated_model")
+    out = parse_output(res)
+    assert isinstance(out, TrialFailure) and out.kind == "crashed" and "[load_safetensors]" in out.message
 
 
 def test_an_out_of_range_prompt_is_typed() -> None:
@@ -89,9 +92,12 @@ def test_an_out_of_range_prompt_is_typed() -> None:
     _, res = fixture("ort-genai", "prompt_out_of_range")
     out = parse_output(res)
     assert isinstance(out, TrialFailure) and out.kind == "crashed" and "out of data bounds" in out.message
+    _, res = fixture("mlx", "prompt_out_of_range")  # MLX's gather does not check: a segfault
+    out = parse_output(res)
+    assert isinstance(out, TrialFailure) and out.kind == "crashed" and "signal 11" in out.message
 
 
-@pytest.mark.parametrize("runtime", ["llamacpp", "ort-genai"])
+@pytest.mark.parametrize("runtime", ["llamacpp", "ort-genai", "mlx"])
 def test_a_crash_by_signal_is_crashed_with_the_tail(runtime: str) -> None:
     _, res = fixture(runtime, "killed")
     out = parse_output(res)

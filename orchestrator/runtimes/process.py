@@ -176,7 +176,11 @@ class DriverAdapter(RuntimeAdapter):
                 art = await self.artifact(ctx, spec)
             except ArtifactError as exc:
                 return TrialFailure(kind="launch_failed", message=str(exc), detail=exc.detail)
-            prompt = spec_prompt(spec, await self.vocab(ctx, spec))
+            vocab = await self.vocab(ctx, spec)
+            prompt = spec_prompt(spec, vocab)
+            if bad := [t for t in prompt if not 0 <= t < vocab]:  # some runtimes crash on them (MLX segfaults)
+                return TrialFailure(kind="harness_error",
+                                    message=f"bad_spec: prompt id {bad[0]} is outside the vocabulary (0..{vocab - 1})")
             driver = await self._push_driver(ctx)
             job_path = f"{ctx.workdir}/runtimes/jobs/{spec.run_id}-{spec.trial_id}.json"
             with tempfile.TemporaryDirectory() as tmp:
