@@ -125,14 +125,15 @@ def gate_table(gates: object) -> Table:
 
     assert isinstance(gates, pd.DataFrame)
     table = Table(title="Token gates (vs the numpy reference; decode and prefill apart)")
-    for col in ("device", "arm", "runtime", "class", "trials", "prefill", "decode", "first fork", "worst gap (sd)"):
+    for col in ("device", "arm", "runtime", "class", "trials", "sequences", "prefill", "decode", "first fork",
+                "worst gap (sd)"):
         table.add_column(col)
     for r in gates.to_dict("records"):
         fork = "-" if pd.isna(r["first_divergence"]) else str(int(r["first_divergence"]))
         gap = "-" if not r["worst_margin"] else f"{float(r['worst_margin']):.3f} (tie ≤ {r['tie']})"
         note = f" ({r['error']})" if isinstance(r["error"], str) else ""
         table.add_row(str(r["device"]), str(r["arm"]), str(r["runtime"]), str(r["quant_class"]), str(r["trials"]),
-                      str(r["prefill"]), str(r["decode"]) + note, fork, gap)
+                      str(r["distinct_sequences"]), str(r["prefill"]), str(r["decode"]) + note, fork, gap)
     return table
 
 
