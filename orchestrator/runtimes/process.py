@@ -41,6 +41,18 @@ _FAULTS: list[tuple[re.Pattern[str], str]] = [
 ]
 
 
+# Run by the runtime's Python on the host: every file under the path (a file or a model folder).
+_DROP_PAGES = (
+    "import os, sys\n"
+    "root = sys.argv[1]\n"
+    "files = [root] if os.path.isfile(root) else [os.path.join(d, f) for d, _, fs in os.walk(root) for f in fs]\n"
+    "for f in files:\n"
+    "    fd = os.open(f, os.O_RDONLY)\n"
+    "    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)\n"
+    "    os.close(fd)\n"
+)
+
+
 @dataclass(frozen=True)
 class DriverOutput:
     """What a driver reported: parsed, not yet checked against the spec."""
@@ -187,6 +199,7 @@ class DriverAdapter(RuntimeAdapter):
                 local = Path(tmp) / "job.json"
                 local.write_text(json.dumps(self.job(spec, art, prompt)))
                 await ctx.runner.put(local, job_path)
+            art = await self._clear_caches(ctx, spec, art, python)
             env = [f"{k}={v}" for k, v in self.env_vars(spec).items()]
             res = await ctx.runner.run(["env", *env, python, driver, job_path], timeout=timeout, cwd=ctx.workdir)
         except RunnerError as exc:
@@ -195,6 +208,20 @@ class DriverAdapter(RuntimeAdapter):
         if isinstance(out, TrialFailure):
             return out
         return to_result(spec, out, art, len(prompt))
+
+    async def _clear_caches(self, ctx: RuntimeContext, spec: TrialSpec, art: Artifact, python: str) -> Artifact:
+        """`page_cache` in the plan's clear_caches: drop the model files' pages from the OS cache
+        (posix_fadvise DONTNEED: this file's pages only, no root, nobody else's cache touched), so
+        the trial loads the weights cold. Other cache names are the runtime's own (`cache_names`)."""
+        cold: list[str] = []
+        if "page_cache" in spec.clear_caches:
+            res = await ctx.runner.run([python, "-c", _DROP_PAGES, art.path], timeout=120)
+            if res.ok:
+                cold.append("page_cache")
+        cold += [c for c in spec.clear_caches if c in self.cache_names]
+        return Artifact(art.path, art.bytes_per_token, art.quant_class, (*art.cold_caches, *cold))
+
+    cache_names: tuple[str, ...] = ()  # on-disk caches the driver clears itself when the plan asks
 
     async def _push_driver(self, ctx: RuntimeContext) -> str:
         """The driver script on the host, under a name that changes whenever its content does."""
