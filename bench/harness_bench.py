@@ -58,9 +58,12 @@ def run_json(cmd: list[str]) -> Any:
     return json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
 
 
-def probe(harness: Path, work: Path) -> dict[str, Any]:
+def probe(harness: Path, work: Path, patterns: str | None = None, repeats: int = 7) -> dict[str, Any]:
     out = work / "probe.json"
-    subprocess.run([str(harness), "probe", "--out", str(out), "--repeats", "7"], check=True, stdout=subprocess.DEVNULL)
+    cmd = [str(harness), "probe", "--out", str(out), "--repeats", str(repeats)]
+    if patterns:
+        cmd += ["--patterns", patterns]
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
     report: dict[str, Any] = json.loads(out.read_text())
     return report
 
@@ -171,7 +174,11 @@ def main() -> None:
         # lands on all of them rather than on one.
         runs: dict[str, dict[int, list[dict[str, Any]]]] = {fmt: {m: [] for m in WIDTHS} for fmt in ggufs}
         single: dict[str, list[dict[str, Any]]] = {fmt: [] for fmt in ggufs}
+        # The stream ceiling is probed again every round: on a shared machine the ceiling moves
+        # too, and the best the machine showed in this sitting is what decode is held against.
+        round_streams: list[float] = []
         for seed in range(args.launches):
+            round_streams.append(probe(harness, work, "stream", 5)["results"][0]["median_gb_s"])
             for fmt, g in ggufs.items():
                 for m in WIDTHS:
                     runs[fmt][m] += launch(harness, g, m, seed, args, work)
@@ -183,12 +190,16 @@ def main() -> None:
     # Medians: a best-of-7 occasionally catches an outlier above what DRAM sustains.
     stream = {m["pattern"]: m["median_gb_s"] for m in probe_report["results"]}
     stream_after = {m["pattern"]: m["median_gb_s"] for m in probe_after["results"]}
-    ceiling = max(stream["stream"], stream_after["stream"])
+    ceiling = max(stream["stream"], stream_after["stream"], *round_streams)
     table = []
     for fmt, by_width in runs.items():
         all_rows = [r for rows in by_width.values() for r in rows]
         warm_decode = [r["decode_tok_s"] for r in all_rows if r["warm"]]
         decode = statistics.median(warm_decode)
+        # The least disturbed launch: the one whose warm generations have the highest median.
+        per_launch = [statistics.median(r["decode_tok_s"] for r in rows[i:i + args.warm + 1] if r["warm"])
+                      for rows in by_width.values() for i in range(0, len(rows), args.warm + 1)]
+        best_launch = max(per_launch)
         bpt = all_rows[0]["bytes_per_decode_token"]
         eff = bpt * decode / 1e9
         # The f16 KV cache is read too (not counted in the engine's weight bytes): mean over decode.
@@ -201,6 +212,7 @@ def main() -> None:
             "decode_tok_s": decode, "decode_tok_s_min": min(warm_decode), "decode_tok_s_max": max(warm_decode),
             "trial1_decode_tok_s": statistics.median(r["decode_tok_s"] for r in all_rows if not r["warm"]),
             "effective_gb_s": eff, "ratio_to_stream": eff / ceiling,
+            "best_launch_decode_tok_s": best_launch, "best_launch_ratio": bpt * best_launch / 1e9 / ceiling,
             "kv_bytes_per_decode_token": kv_bytes, "with_kv_gb_s": (bpt + kv_bytes) * decode / 1e9,
             "ratio_to_layout": eff / max(stream[f"{fmt.lower()}_layout"], stream_after[f"{fmt.lower()}_layout"]),
             "kernel_gb_s": max(stream[f"{fmt.lower()}_kernel"], stream_after[f"{fmt.lower()}_kernel"]),
@@ -215,7 +227,9 @@ def main() -> None:
         "date": time.strftime("%Y-%m-%d", time.gmtime(started)), "host": info["host"],
         "harness_build": info["harness_build"], "python": platform.python_version(),
         "command": "bench/harness_bench.py " + " ".join(sys.argv[1:]), "args": vars(args) | {"out": str(args.out)},
-        "probe": {"before": probe_report, "after": probe_after}, "table": table,
+        "probe": {"before": probe_report, "after": probe_after, "round_stream_medians": round_streams,
+                  "ceiling_gb_s": ceiling},
+        "table": table,
         "other_cores_per_launch": OTHER_CORES,
         "load_average": {"before": load_before, "after": load_after, "after_each_launch": LOADS,
                          "quiet_reached": quiet, "at_start": quiet_load},
@@ -238,9 +252,12 @@ def main() -> None:
         "median of 7, before / after the runs): "
         + ", ".join(f"{k} {v:.1f} / {stream_after[k]:.1f} GB/s" for k, v in stream.items()),
         "",
-        "| format | model bytes | decode tok/s (warm median, min-max) | trial1 decode | 1-thread decode "
-        "| prefill tok/s M=1 / 4 / 16 | effective GB/s | / stream | with KV reads | / layout | kernel-only GB/s "
-        "| llama.cpp decode / prefill |",
+        f"Ceiling (best stream median of this sitting, probed before, after and every round: "
+        f"{', '.join(f'{v:.1f}' for v in round_streams)}): {ceiling:.1f} GB/s.",
+        "",
+        "| format | model bytes | decode tok/s (warm median, min-max) | best launch | trial1 decode | 1-thread decode "
+        "| prefill tok/s M=1 / 4 / 16 | effective GB/s | / ceiling (median, best launch) | with KV reads "
+        "| kernel-only GB/s | llama.cpp decode / prefill |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in table:
@@ -249,10 +266,10 @@ def main() -> None:
         lcs = f"{lc['decode_tok_s']:.1f} / {lc['prefill_tok_s']:.0f}" if lc else "not available on this machine"
         lines.append(
             f"| {r['format']} | {r['file_bytes'] / 1e6:.1f} MB | {r['decode_tok_s']:.1f} "
-            f"({r['decode_tok_s_min']:.1f}-{r['decode_tok_s_max']:.1f}) | {r['trial1_decode_tok_s']:.1f} "
-            f"| {r['decode_tok_s_1_thread']:.1f} | {pf} "
-            f"| {r['effective_gb_s']:.1f} | {r['ratio_to_stream']:.2f} | {r['with_kv_gb_s']:.1f} "
-            f"({r['with_kv_gb_s'] / ceiling:.2f}) | {r['ratio_to_layout']:.2f} "
+            f"({r['decode_tok_s_min']:.1f}-{r['decode_tok_s_max']:.1f}) | {r['best_launch_decode_tok_s']:.1f} "
+            f"| {r['trial1_decode_tok_s']:.1f} | {r['decode_tok_s_1_thread']:.1f} | {pf} "
+            f"| {r['effective_gb_s']:.1f} | {r['ratio_to_stream']:.2f}, {r['best_launch_ratio']:.2f} "
+            f"| {r['with_kv_gb_s']:.1f} ({r['with_kv_gb_s'] / ceiling:.2f}) "
             f"| {r['kernel_gb_s']:.1f} | {lcs} |"
         )
     lines += [
@@ -263,9 +280,9 @@ def main() -> None:
         f"{os.cpu_count()}. Other work shows up as the min-max spread. Launches killed from outside and "
         f"relaunched: {len(FAILED_LAUNCHES)}.",
         "",
-        "Goal: decode effective GB/s >= 0.8 x stream: "
-        + "; ".join(f"{r['format']} {'met' if r['ratio_to_stream'] >= 0.8 else 'missed'} ({r['ratio_to_stream']:.2f})"
-                    for r in table)
+        "Goal: decode effective GB/s >= 0.8 x stream ceiling (median launch / best launch): "
+        + "; ".join(f"{r['format']} {'met' if r['ratio_to_stream'] >= 0.8 else 'missed'} "
+                    f"({r['ratio_to_stream']:.2f} / {r['best_launch_ratio']:.2f})" for r in table)
         + ". Goal: decode >= llama.cpp: "
         + ("; ".join(f"{r['format']} {'met' if r['decode_tok_s'] >= r['llama_cpp']['decode_tok_s'] else 'missed'}"
                      for r in table if r["llama_cpp"]) or "not measured (no llama-bench here)")
