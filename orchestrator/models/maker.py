@@ -249,7 +249,8 @@ def make_model(
     config_path = out / "config.json"
     config_path.write_text(json.dumps(_hf_config(shape), indent=2, sort_keys=True) + "\n")
     st_path = out / "model.safetensors"
-    save_file(weights, str(st_path), metadata={"format": "pt", "orch_model": name})
+    # One metadata key: safetensors writes its metadata map in hash order (bytes would vary).
+    save_file(weights, str(st_path), metadata={"format": "pt"})
 
     tensors = _gguf_tensors(shape, weights)
     ggufs: dict[str, Path] = {}
