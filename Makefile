@@ -64,7 +64,7 @@ sshd:
 # The harness package builds and tests wherever Swift is; without Swift this step says so and skips.
 swift:
 	@if [ -f $(HARNESS)/Package.swift ]; then \
-	  if [ -x "$(SWIFT)" ]; then cd $(HARNESS) && $(SWIFT) build -c release && $(SWIFT) test; \
+	  if [ -x "$(SWIFT)" ]; then cd $(HARNESS) && $(SWIFT) build -c release && $(SWIFT) test && bash Tools/metal-typecheck.sh; \
 	  else echo "swift not found: skipping the harness build"; fi; \
 	fi
 
