@@ -109,3 +109,21 @@ def test_mlx_cpu_linux_decodes_the_source_folder_like_the_reference(t1: Path, tm
     bad = spec.model_copy(update={"prompt_ids": [999] * 16})
     failure = asyncio.run(device.run_trial(bad, 60))
     assert not isinstance(failure, TrialResult) and failure.message.startswith("bad_spec: prompt id 999")
+
+
+@needs_llamacpp
+def test_llamacpp_trial_with_a_cold_page_cache_and_a_missing_model(t1: Path, tmp_path: Path) -> None:
+    from orchestrator.config import HostDeviceConfig
+    from orchestrator.devices.host import HostDevice
+    from orchestrator.protocol import TrialResult
+
+    device = HostDevice(HostDeviceConfig(id="here", kind="host", workdir=str(tmp_path)), LocalRunner())
+    spec = TrialSpec(run_id="r", trial_id="t", engine="llamacpp", model=str(t1 / "model-Q4_0.gguf"), prompt_tokens=8,
+                     decode_tokens=8, threads=1, clear_caches=["page_cache", "xnnpack"])
+    result = asyncio.run(device.run_trial(spec, 300))
+    assert isinstance(result, TrialResult), result
+    assert result.cold_caches == ["page_cache"], "llama.cpp has no xnnpack cache to clear"
+    assert result.bytes_per_decode_token and result.engine_version.startswith("llama-cpp-python")
+    missing = asyncio.run(device.run_trial(spec.model_copy(update={"model": str(tmp_path / "model-Q8_0.gguf")}), 60))
+    assert not isinstance(missing, TrialResult) and missing.kind == "launch_failed"
+    assert "model not found" in missing.message and "orch model make" in (missing.detail or "")

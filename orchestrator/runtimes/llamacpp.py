@@ -3,7 +3,7 @@
 Artifact: the plan's GGUF itself (the class is its format); `engine: {gguf: Q4_0}` picks a sibling
 format made from the same source. Engine options the driver reads: `repack` (default false: the
 CPU repack path faults on AMX-capable CPUs for quantized models), `n_batch` (prefill batch; default
-the plan's chunk width), `omp_wait_policy` (default PASSIVE), `verbose` (llama.cpp's debug log).
+the plan's chunk width), `omp_wait_policy` (default: OpenMP's own), `verbose` (llama.cpp's debug log).
 llama.cpp keeps no on-disk caches: no cold caches to record.
 """
 
@@ -39,10 +39,14 @@ class LlamaCpp(DriverAdapter):
         return await vocab_size(ctx.runner, spec.model)
 
     def env_vars(self, spec: TrialSpec) -> dict[str, str]:
-        # OpenMP's default spin-wait collapses decode ~10x when anything else wants a core (measured
-        # 7 vs 90 tok/s on m110 Q8_0 with 2 threads on a 2-core host): passive unless the plan says.
-        env = {"OMP_WAIT_POLICY": str(spec.tuning.get("omp_wait_policy", "PASSIVE"))}
-        return env | ({"OMP_NUM_THREADS": str(spec.threads)} if spec.threads else {})
+        # llama.cpp as it ships: OpenMP spin-waits between ops. That is its fastest on a quiet host
+        # (m110 Q4_0, 2 threads: ~100 tok/s vs ~60 passive) and collapses when anything else wants a
+        # core (Q8_0: 7 vs 90 tok/s passive on a busy 2-core host); the settle gate keeps the host
+        # quiet, and `omp_wait_policy: PASSIVE` is there for hosts that cannot be.
+        env = {"OMP_NUM_THREADS": str(spec.threads)} if spec.threads else {}
+        if "omp_wait_policy" in spec.tuning:
+            env["OMP_WAIT_POLICY"] = str(spec.tuning["omp_wait_policy"])
+        return env
 
 
 ADAPTER = register(LlamaCpp())
