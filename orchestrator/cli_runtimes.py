@@ -55,8 +55,16 @@ def install_cmd(
                       TimeElapsedColumn(), console=out, transient=not out.is_terminal) as bar:
             task = bar.add_task(name, total=1.0)
 
-            def step(what: str, frac: float, task: TaskID = task, name: str = name) -> None:
-                bar.update(task, completed=max(frac, bar.tasks[0].completed), description=f"{name}: {what}")
+            shown: list[str] = []
+
+            def step(what: str, frac: float, task: TaskID = task, name: str = name, shown: list[str] = shown) -> None:
+                done = max(frac, bar.tasks[0].completed)
+                bar.update(task, completed=done, description=f"{name}: {what}")
+                # Not a terminal (CI logs, make): one line per phase, and compiling every 10%.
+                line = f"{name}: {what}" + (f" {int(done * 10) * 10}%" if what == "compiling" else "")
+                if not out.is_terminal and (not shown or shown[-1] != line) and not what.startswith("resolving"):
+                    shown.append(line)
+                    out.print(line, highlight=False)
 
             try:
                 got = install(name, step)
