@@ -28,6 +28,7 @@ demo: demo-host demo-sim
 demo-host: $(STAMP) runtimes
 	@test -f $(M110) || $(BIN)/orch model make --size m110
 	$(BIN)/orch validate configs/demo-fleet.yaml configs/plans/demo-host.yaml
+	$(RUNTIMES_CLI) prepare configs/plans/demo-host.yaml
 	$(BIN)/orch run --fleet configs/demo-fleet.yaml --plan configs/plans/demo-host.yaml --results $(DEMO_RESULTS)
 	@run=$$(ls -d $(DEMO_RESULTS)/*-demo-host-* | sort | tail -1); \
 	  $(RUNTIMES_CLI) gate $$run; \

@@ -67,6 +67,8 @@ def measure(klass: str, model: Path, runtimes: list[str], blocks: int, threads: 
     plan = work / f"plan-{klass}.yaml"
     plan.write_text(plan_yaml(klass, model, runtimes, blocks, threads))
     results = work / "results"
+    # Conversions first (cached), so no trial launch waits behind one.
+    subprocess.run([sys.executable, "-m", "orchestrator.cli_runtimes", "prepare", str(plan)], check=True, cwd=ROOT)
     subprocess.run([ORCH, "run", "--fleet", str(fleet), "--plan", str(plan), "--results", str(results)], check=True)
     run = RunDir(max((p for p in results.iterdir() if p.is_dir() and klass.replace("_", "").lower() in p.name),
                      key=lambda p: p.name))

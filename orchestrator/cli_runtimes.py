@@ -107,6 +107,26 @@ def list_cmd(as_json: Annotated[bool, typer.Option("--json", help="One JSON obje
     out.print(table)
 
 
+@runtimes_app.command("prepare")
+def prepare_cmd(plan: Annotated[Path, typer.Argument(help="Plan file")]) -> None:
+    """Make every arm's model artifact on this machine before a run (conversions cached by content),
+    so no trial's launch waits behind a conversion."""
+    import asyncio
+
+    from orchestrator.config.loader import ConfigError, load_plan
+    from orchestrator.runtimes.prepare import prepare_plan
+
+    try:
+        cfg = load_plan(plan)
+    except ConfigError as exc:
+        _bad_input(str(exc))
+    failed = False
+    for arm, outcome in asyncio.run(prepare_plan(cfg)):
+        failed |= outcome.startswith("failed")
+        out.print(f"{arm}: {outcome}", markup=False, highlight=False)
+    raise typer.Exit(1 if failed else 0)
+
+
 @runtimes_app.command("gate")
 def gate_cmd(
     run: Annotated[str, typer.Argument(help="Run id (or its directory)")],

@@ -90,3 +90,17 @@ def test_cli_list_install_and_gate_input(tmp_path: Path, monkeypatch: pytest.Mon
     assert res.exit_code == 2 and "installable runtimes are llamacpp" in res.output
     res = CliRunner().invoke(app(), ["runtimes", "gate", "no-such-run", "--results", str(tmp_path)])
     assert res.exit_code == 2
+
+
+def test_cli_prepare_names_what_is_missing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ORCH_CACHE", str(tmp_path))
+    plan = tmp_path / "plan.yaml"
+    plan.write_text("name: p\nmodel: /nowhere/model-Q8_0.gguf\narms:\n  - {name: ref, runtime: numpy}\n"
+                    "  - {name: ort, runtime: ort-genai}\n")
+    res = CliRunner().invoke(app(), ["runtimes", "prepare", str(plan)])
+    assert res.exit_code == 1, res.output
+    assert "ref: numpy: nothing to convert" in res.output
+    assert "ort: failed: ort-genai is not installed: run `orch runtimes install ort-genai`" in res.output
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: p\n")
+    assert CliRunner().invoke(app(), ["runtimes", "prepare", str(bad)]).exit_code == 2
