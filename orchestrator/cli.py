@@ -16,6 +16,7 @@ from rich.console import Console
 
 from orchestrator import app as core
 from orchestrator.cli_analysis import register as register_analysis
+from orchestrator.cli_runtimes import register as register_runtimes
 from orchestrator.config.fleet import Fleet
 from orchestrator.config.loader import ConfigError, load_any, load_fleet
 from orchestrator.config.plan import Plan
@@ -184,6 +185,7 @@ def agent() -> None:
 
 
 register_analysis(app)
+register_runtimes(app)
 
 
 def main() -> None:
