@@ -49,6 +49,12 @@ def test_orch_run_over_ssh_loopback_puts_real_results_in_the_journal(
     tokens = {tuple(r.result.trial1.token_ids) for r in run.records()  # type: ignore[union-attr]
               if type(r).__name__ == "TrialRecord"}
     assert len(tokens) == 1
+    # The stream probe ran once at the start of the session and is the audit's ceiling.
+    (probe,) = [r for r in run.records() if type(r).__name__ == "ProbeRecord"]
+    assert probe.device == "there" and probe.probe.gb_s > 0  # type: ignore[union-attr]
+    assert (trials["probe_gb_s"] == probe.probe.gb_s).all()  # type: ignore[union-attr]
+    code, out = invoke("audit", run.run_id, "--results", str(tmp_path / "r"))
+    assert code == 0 and "stream probe" in out, out
 
 
 def test_orch_devices_lists_health_and_the_fix(sshd: Sshd, tmp_path: Path, harness: Path) -> None:

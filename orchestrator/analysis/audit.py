@@ -49,8 +49,12 @@ def chip_class(manifest: Manifest, device: str) -> str:
     return (getattr(cfg, "chip_class", None) if cfg is not None else None) or device
 
 
-def probe_gb_s(manifest: Manifest, device: str) -> float | None:
-    """A clean-stream measurement for the device in this run: simulated devices carry theirs."""
+def probe_gb_s(manifest: Manifest, device: str, trials: pd.DataFrame | None = None) -> float | None:
+    """The device's stream probe in this run (journaled at session start); simulated devices carry theirs."""
+    if trials is not None and "probe_gb_s" in trials:
+        measured = trials.loc[trials["device"] == device, "probe_gb_s"].dropna()
+        if len(measured):
+            return float(measured.iloc[0])
     cfg = next((d for d in manifest.fleet.devices if d.id == device), None)
     return cfg.bandwidth_gb_s if isinstance(cfg, SimDeviceConfig) else None
 
@@ -108,7 +112,7 @@ def audit(trials: pd.DataFrame, manifest: Manifest, table: CeilingTable, *, seed
     rows = []
     for (device, arm), g in ok.groupby(["device", "arm"], sort=True):
         chip = chip_class(manifest, str(device))
-        ceil = ceiling_for(table, chip, model, probe_gb_s(manifest, str(device)))
+        ceil = ceiling_for(table, chip, model, probe_gb_s(manifest, str(device), trials))
         rate, rate_lo, rate_hi = median_ci(g["decode_tok_s"], seed=seed)
         bpt = g["bytes_per_decode_token"].dropna()
         bytes_pt = float(bpt.median()) if len(bpt) else float("nan")
@@ -159,7 +163,7 @@ def prefill_view(trials: pd.DataFrame, manifest: Manifest, table: CeilingTable) 
             continue
         w = float(weights.median())
         chip = chip_class(manifest, str(device))
-        ceil = ceiling_for(table, chip, model, probe_gb_s(manifest, str(device))).gb_s
+        ceil = ceiling_for(table, chip, model, probe_gb_s(manifest, str(device), trials)).gb_s
         measured = {int(str(m)): float(s["prefill_tok_s"].median()) for m, s in g.groupby("chunk_width")}
         for m in sorted(set(PREFILL_WIDTHS) | set(measured)):
             rate = measured.get(m, float("nan"))

@@ -109,6 +109,7 @@ class Plan(Strict):
     decision: DecisionRule = DecisionRule()
     retry: RetryPolicy = RetryPolicy()
     devices: list[str] | None = Field(default=None, description="Device ids to use; default all")
+    probe: bool = Field(default=True, description="Measure each device's stream ceiling once per session (audit)")
     seed: int = 0
     nightly: NightlyAlarm | None = Field(default=None, description="Alarm thresholds for `orch nightly`")
 

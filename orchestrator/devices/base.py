@@ -51,6 +51,15 @@ class TrialFailure(_Record):
     detail: str | None = Field(default=None, description="Crash report, last output lines, ...")
 
 
+class StreamProbe(_Record):
+    """The device's clean weight-stream bandwidth: the ceiling of the audit."""
+
+    gb_s: float = Field(gt=0, description="Best plain-stream GB/s")
+    patterns: dict[str, float] = Field(default_factory=dict, description="Best GB/s per access pattern")
+    buffer_bytes: int | None = None
+    threads: int | None = None
+
+
 class PrepareReport(_Record):
     installed: str | None = Field(description="Harness version/hash now on the device")
     skipped: bool = Field(description="True when the installed hash already matched")
@@ -117,6 +126,10 @@ class Device(abc.ABC):
     @abc.abstractmethod
     async def run_trial(self, spec: TrialSpec, timeout: float) -> TrialResult | TrialFailure:
         """One fresh launch. Every fault comes back as a TrialFailure, never as an exception."""
+
+    async def probe(self) -> StreamProbe | None:
+        """Measure the stream ceiling, where the device can (None where it cannot)."""
+        return None
 
     async def health(self) -> Health:
         """Can this device run trials now? Backends with richer checks override this."""

@@ -5,7 +5,15 @@ Shipped with the package, like a conformance checker, so each backend's tests ca
 
 from __future__ import annotations
 
-from orchestrator.devices.base import Artifacts, Device, DeviceInfo, PrepareReport, Telemetry, TrialFailure
+from orchestrator.devices.base import (
+    Artifacts,
+    Device,
+    DeviceInfo,
+    PrepareReport,
+    StreamProbe,
+    Telemetry,
+    TrialFailure,
+)
 from orchestrator.protocol import TrialResult, TrialSpec
 
 
@@ -29,6 +37,9 @@ async def check_device_contract(device: Device, *, engine: str, model: str, time
     assert isinstance(first, PrepareReport) and isinstance(again, PrepareReport)
     assert again.skipped, "a second prepare() of the same harness must skip the install"
     assert again.installed == first.installed
+
+    measured = await device.probe()
+    assert measured is None or (isinstance(measured, StreamProbe) and measured.gb_s > 0), "probe(): GB/s or None"
 
     reading = await device.telemetry()
     assert isinstance(reading, Telemetry), "telemetry() must return Telemetry"

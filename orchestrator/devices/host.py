@@ -18,6 +18,7 @@ from orchestrator.devices.base import (
     DeviceInfo,
     DeviceUnavailable,
     PrepareReport,
+    StreamProbe,
     Telemetry,
     TrialFailure,
     result_or_failure,
@@ -29,6 +30,7 @@ from orchestrator.runtimes.base import RuntimeContext, adapter_for
 REPO_HARNESS = Path(__file__).resolve().parents[2] / "ios_harness"
 HARNESS_ENGINES = ("rawloop-cpu",)
 BUILD_TIMEOUT_S = 1800.0
+PROBE_TIMEOUT_S = 600.0
 DONE = re.compile(r"^HARNESS_DONE (\S+) (.+)$")
 
 
@@ -149,6 +151,25 @@ class HostDevice(Device):
                                     fix=f"fix the build: swift build -c release --package-path {self.source}")
         after = sha256_file(path)
         return PrepareReport(installed=after, skipped=before == after)
+
+    async def probe(self) -> StreamProbe | None:
+        with self._reachable():
+            harness = await self._harness_path()
+            out = f"{await self._workdir()}/probe.json"
+            res = await self._run([harness, "probe", "--out", out], timeout=PROBE_TIMEOUT_S)
+            with tempfile.TemporaryDirectory() as tmp:
+                got = await self._fetch(out, Path(tmp) / "probe.json") if res.ok else None
+        if got is None:
+            return None
+        try:
+            report = json.loads(got)
+            best = {str(r["pattern"]): float(r["best_gb_s"]) for r in report["results"]}
+        except (ValueError, KeyError, TypeError):
+            return None
+        if best.get("stream", 0) <= 0:
+            return None
+        return StreamProbe(gb_s=best["stream"], patterns=best, buffer_bytes=report.get("buffer_bytes"),
+                           threads=report.get("threads"))
 
     async def telemetry(self) -> Telemetry:
         with self._reachable():

@@ -22,6 +22,7 @@ from orchestrator.devices.base import (
     DeviceInfo,
     DeviceUnavailable,
     PrepareReport,
+    StreamProbe,
     Telemetry,
     TrialFailure,
     result_or_failure,
@@ -121,6 +122,13 @@ class SimDevice(Device):
             t=self.clock.now(), thermal_state=self.thermals.state(), battery_c=round(self.thermals.battery + noise, 2),
             charging=False, low_power=False,
         )
+
+    async def probe(self) -> StreamProbe:
+        """The ground truth's ceiling, as a probe would read it (a few seconds of full load)."""
+        if self._lost():
+            raise DeviceUnavailable(f"{self.id}: not connected", fix="reconnect the USB cable")
+        self._busy(5.0, 1.0)
+        return StreamProbe(gb_s=self.cfg.bandwidth_gb_s, patterns={"stream": self.cfg.bandwidth_gb_s})
 
     async def run_trial(self, spec: TrialSpec, timeout: float) -> TrialResult | TrialFailure:
         self.launches += 1

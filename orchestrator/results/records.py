@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from orchestrator.config.fleet import Fleet
 from orchestrator.config.plan import Plan
-from orchestrator.devices.base import Telemetry, TrialFailure
+from orchestrator.devices.base import StreamProbe, Telemetry, TrialFailure
 from orchestrator.protocol import TrialResult
 
 SCHEMA_VERSION: Literal[1] = 1
@@ -68,6 +68,15 @@ class RunStarted(_Rec):
     wall: float
     resumed: bool
     pid: int
+
+
+class ProbeRecord(_Rec):
+    """The device's stream ceiling, measured at the start of its session."""
+
+    type: Literal["probe"] = "probe"
+    device: str
+    probe: StreamProbe
+    wall: float
 
 
 class AttemptFailed(_Rec):
@@ -140,7 +149,7 @@ class RunFinished(_Rec):
 
 
 Record = Annotated[
-    RunStarted | AttemptFailed | TrialRecord | LookRecord | SessionStopped | RunFinished,
+    RunStarted | ProbeRecord | AttemptFailed | TrialRecord | LookRecord | SessionStopped | RunFinished,
     Field(discriminator="type"),
 ]
 RECORD = TypeAdapter(Record)

@@ -13,7 +13,7 @@ import pandas as pd
 
 from orchestrator.protocol import THERMAL_ORDER
 from orchestrator.results.journal import read_journal
-from orchestrator.results.records import Manifest, Record, SessionStopped, TrialRecord
+from orchestrator.results.records import Manifest, ProbeRecord, Record, SessionStopped, TrialRecord
 
 
 class RunNotFound(Exception):
@@ -84,6 +84,7 @@ def new_run_id(plan_name: str, now: datetime | None = None) -> str:
 def trial_rows(manifest: Manifest, records: list[Record]) -> pd.DataFrame:
     """One row per final trial record: the flat table analysis and reports work on."""
     arms = {a.name: a for a in manifest.plan.arms}
+    probes = {r.device: r.probe.gb_s for r in records if isinstance(r, ProbeRecord)}
     rows: list[dict[str, Any]] = []
     for rec in records:
         if not isinstance(rec, TrialRecord):
@@ -114,6 +115,7 @@ def trial_rows(manifest: Manifest, records: list[Record]) -> pd.DataFrame:
             "battery_before_c": before.battery_c if before else None,
             "battery_after_c": after.battery_c if after else None,
             "settle_waited_s": rec.settle.waited_s,
+            "probe_gb_s": probes.get(rec.device),
             "t_start_s": rec.t_start, "duration_s": rec.duration_s,
             "wall_start": datetime.fromtimestamp(rec.wall, UTC),
         })
@@ -126,7 +128,7 @@ _COLUMNS = [
     "failure_kind", "failure_message", "decode_tok_s", "prefill_tok_s", "ttft_s", "warm_decode_tok_s",
     "bytes_per_decode_token", "bytes_per_prefill_token", "effective_gb_s", "chunk_width", "engine_version",
     "harness_build", "thermal_before", "thermal_after", "state_rose", "battery_before_c", "battery_after_c",
-    "settle_waited_s", "t_start_s", "duration_s", "wall_start",
+    "settle_waited_s", "probe_gb_s", "t_start_s", "duration_s", "wall_start",
 ]
 
 

@@ -12,6 +12,7 @@ from orchestrator.results.records import (
     AttemptFailed,
     LookRecord,
     Manifest,
+    ProbeRecord,
     Record,
     SessionStopped,
     StopReason,
@@ -39,6 +40,8 @@ def resume_state(manifest: Manifest, records: list[Record]) -> dict[str, Session
             states[rec.device].attempts[rec.trial_id] = rec.attempt
         elif isinstance(rec, LookRecord):
             states[rec.device].looks_done = rec.look + 1
+        elif isinstance(rec, ProbeRecord):
+            states[rec.device].probed = True
     ended = {r.device for r in records if isinstance(r, SessionStopped) and r.reason in ("completed", *EARLY_STOPS)}
     return {d: s for d, s in states.items() if d not in ended}
 

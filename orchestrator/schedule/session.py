@@ -20,6 +20,7 @@ from orchestrator.results.records import (
     AttemptFailed,
     LookPair,
     LookRecord,
+    ProbeRecord,
     ScheduledTrial,
     SessionPlan,
     SessionStopped,
@@ -44,6 +45,7 @@ class SessionState:
     attempts: dict[str, int] = field(default_factory=dict)
     values: dict[str, list[tuple[int, float]]] = field(default_factory=dict)  # arm -> (block, statistic)
     looks_done: int = 0
+    probed: bool = False
 
 
 @dataclass
@@ -76,6 +78,8 @@ class Session:
             await self.device.prepare(self.artifacts)
         except DeviceUnavailable as exc:
             return "prepare_failed", f"{exc}" + (f" ({exc.fix})" if exc.fix else "")
+        if self.plan.probe and not self.state.probed:
+            await self._probe()
         gate, failures_in_row = SettleGate(self.plan.settle, self.clock), 0
         for trial in self.schedule.trials:
             if trial.trial_id in self.state.done:
@@ -139,6 +143,16 @@ class Session:
             )
             self._emit(record)
             return record
+
+    async def _probe(self) -> None:
+        """The ceiling for the audit, once per session; a device that cannot probe just has none."""
+        try:
+            measured = await self.device.probe()
+        except Exception:  # no ceiling from this device: the audit falls back to ceilings.yaml
+            measured = None
+        self.state.probed = True
+        if measured is not None:
+            self._emit(ProbeRecord(device=self.schedule.device, probe=measured, wall=self.clock.wall()))
 
     def _spec(self, trial: ScheduledTrial) -> TrialSpec:
         arm, t = self.plan.arm(trial.arm), self.plan.trial
