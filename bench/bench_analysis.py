@@ -142,7 +142,11 @@ def main() -> None:
         return
     with tempfile.TemporaryDirectory() as tmp:
         history = args.keep or Path(tmp) / "history"
-        made = write_history(history, args.rows) if not (history / "trials").exists() else {"reused": str(history)}
+        if (history / "trials").exists():  # --keep of an earlier history: describe what is there
+            made = {"reused": str(history), "nights": len(list((history / "trials").glob("night=*"))),
+                    "files": len(list(history.rglob("*.parquet")))}
+        else:
+            made = write_history(history, args.rows)
         size = sum(p.stat().st_size for p in history.rglob("*.parquet"))
         rank_res, nightly_res = run("rank", history), run("nightly", history)
     res = {"date": time.strftime("%Y-%m-%d"), "machine": platform.machine(), "python": platform.python_version(),
@@ -154,7 +158,7 @@ def main() -> None:
     md = [
         f"# Analysis benchmark ({res['date']}, {res['machine']}, {res['python']})", "",
         "Command: `.venv/bin/python bench/bench_analysis.py` (synthetic nightly history, hive-partitioned parquet)", "",
-        f"History: {h.get('trial_rows', 0):,} trial rows, {h.get('nights', '?')} nights x {CONFIGS} configs x "
+        f"History: {h.get('trial_rows') or rank_res['rows']:,} trial rows, {h.get('nights', '?')} nights x {CONFIGS} configs x "
         f"{DEVICES} devices, {h.get('files', '?')} files, {h['parquet_mb']} MB.", "",
         "| measure | goal | wall (in process) | process incl. imports | peak RSS |", "|---|---|---|---|---|",
         f"| `orch rank` over the history ({rank_res['rows']:,} rows) | < 5 s, < 4 GB | {rank_res['wall_s']} s "
