@@ -21,32 +21,15 @@ import json
 import os
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from orchestrator.models.maker import Size
 from orchestrator.protocol import Generation, TrialResult, TrialSpec
 from orchestrator.runtimes.prompt import spec_prompt
 
 VERSION = "numpy-ref 1"
-
-
-@dataclass(frozen=True)
-class Shape:
-    dim: int
-    layers: int
-    heads: int
-    kv_heads: int
-    hidden: int
-    vocab: int
-    context: int
-    rope_base: float
-    eps: float
-
-    @property
-    def head_dim(self) -> int:
-        return self.dim // self.heads
 
 
 class Weights:
@@ -62,14 +45,6 @@ class Weights:
             f = reader.fields[name]
             return float(f.parts[f.data[0]][0])
 
-        arch = "llama"
-        self.shape = Shape(
-            dim=int(field(f"{arch}.embedding_length")), layers=int(field(f"{arch}.block_count")),
-            heads=int(field(f"{arch}.attention.head_count")), kv_heads=int(field(f"{arch}.attention.head_count_kv")),
-            hidden=int(field(f"{arch}.feed_forward_length")), vocab=int(field(f"{arch}.vocab_size")),
-            context=int(field(f"{arch}.context_length")), rope_base=field(f"{arch}.rope.freq_base"),
-            eps=field(f"{arch}.attention.layer_norm_rms_epsilon"),
-        )
         self.t: dict[str, np.ndarray] = {}
         self.file_bytes = 0
         for tensor in reader.tensors:
@@ -79,6 +54,14 @@ class Weights:
                 data = quants.dequantize(data, tensor.tensor_type)
             self.t[tensor.name] = np.ascontiguousarray(data, dtype=np.float32)
         self.head = self.t.get("output.weight", self.t["token_embd.weight"])
+        arch = "llama"
+        self.shape = Size(  # the maker's shape type, read back from the file
+            dim=int(field(f"{arch}.embedding_length")), layers=int(field(f"{arch}.block_count")),
+            heads=int(field(f"{arch}.attention.head_count")), kv_heads=int(field(f"{arch}.attention.head_count_kv")),
+            hidden=int(field(f"{arch}.feed_forward_length")), vocab=int(field(f"{arch}.vocab_size")),
+            context=int(field(f"{arch}.context_length")), tied="output.weight" not in self.t,
+            rope_base=field(f"{arch}.rope.freq_base"), norm_eps=field(f"{arch}.attention.layer_norm_rms_epsilon"),
+        )
 
     def bytes_per_token(self) -> int:
         """Float32 weight bytes a decode step streams: every matrix, one embedding row, the head."""
@@ -127,7 +110,7 @@ class Decoder:
         mask = np.triu(np.full((n, p0 + n), -np.inf, np.float32), k=p0 + 1)
         for i in range(s.layers):
             g = f"blk.{i}."
-            h = _rms(x, t[g + "attn_norm.weight"], s.eps)
+            h = _rms(x, t[g + "attn_norm.weight"], s.norm_eps)
             q = _rope((h @ t[g + "attn_q.weight"].T).reshape(n, s.heads, s.head_dim), pos, s.rope_base)
             k = _rope((h @ t[g + "attn_k.weight"].T).reshape(n, s.kv_heads, s.head_dim), pos, s.rope_base)
             self.k[i, p0:p0 + n] = k
@@ -139,12 +122,12 @@ class Decoder:
             att /= att.sum(axis=-1, keepdims=True)
             o = np.einsum("htp,phd->thd", att, vals).reshape(n, s.dim)
             x = x + o @ t[g + "attn_output.weight"].T
-            h = _rms(x, t[g + "ffn_norm.weight"], s.eps)
+            h = _rms(x, t[g + "ffn_norm.weight"], s.norm_eps)
             gate = h @ t[g + "ffn_gate.weight"].T
             up = h @ t[g + "ffn_up.weight"].T
             x = x + ((gate / (1 + np.exp(-gate))) * up) @ t[g + "ffn_down.weight"].T
         self.pos += n
-        return np.asarray(_rms(x, t["output_norm.weight"], s.eps) @ self.w.head.T, dtype=np.float32)
+        return np.asarray(_rms(x, t["output_norm.weight"], s.norm_eps) @ self.w.head.T, dtype=np.float32)
 
 
 def greedy(weights: Weights, prompt: list[int], decode_tokens: int, chunk_width: int = 1,
