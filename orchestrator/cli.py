@@ -11,6 +11,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, NoReturn
 
+import pandas as pd
 import typer
 from rich.console import Console
 
@@ -20,7 +21,7 @@ from orchestrator.cli_runtimes import register as register_runtimes
 from orchestrator.config.fleet import Fleet
 from orchestrator.config.loader import ConfigError, load_any, load_fleet
 from orchestrator.config.plan import Plan
-from orchestrator.report.console import LiveProgress, devices_table, session_table, verdict_table
+from orchestrator.report.console import LiveProgress, devices_table, gates_table, session_table, verdict_table
 from orchestrator.results.records import TrialRecord
 from orchestrator.results.store import RunDir, RunNotFound, find_run
 
@@ -86,6 +87,9 @@ def _execute(run_dir: RunDir) -> None:
 def _summary(outcome: core.RunOutcome) -> None:
     out.print(session_table(outcome.trials, dict(outcome.stops), outcome.manifest))
     out.print(verdict_table(outcome.verdicts, outcome.manifest))
+    gates = outcome.run.path / "token_gates.csv"
+    if gates.is_file():  # written by `orch runtimes gate RUN`
+        out.print(gates_table(pd.read_csv(gates)))
     out.print(f"results: {outcome.run.path}/  (journal.jsonl, trials.parquet, verdicts.csv)")
 
 

@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from orchestrator.report.console import gates_table
 from orchestrator.results.store import RunDir, RunNotFound, find_run
 from orchestrator.runtimes import RUNTIMES
 from orchestrator.runtimes.envs import ENVS, InstallError, install, installed
@@ -144,25 +145,8 @@ def gate_cmd(
         out.print("no real trials with tokens to gate (simulated devices are not gated)")
         return
     gates.to_csv(run_dir.path / "token_gates.csv", index=False)
-    out.print(gate_table(gates))
+    out.print(gates_table(gates))
     raise typer.Exit(1 if ((gates["prefill"] == "mismatch") | (gates["decode"] == "mismatch")).any() else 0)
-
-
-def gate_table(gates: object) -> Table:
-    import pandas as pd
-
-    assert isinstance(gates, pd.DataFrame)
-    table = Table(title="Token gates (vs the numpy reference; decode and prefill apart)")
-    for col in ("device", "arm", "runtime", "class", "trials", "sequences", "prefill", "decode", "first fork",
-                "worst gap (sd)"):
-        table.add_column(col)
-    for r in gates.to_dict("records"):
-        fork = "-" if pd.isna(r["first_divergence"]) else str(int(r["first_divergence"]))
-        gap = "-" if not r["worst_margin"] else f"{float(r['worst_margin']):.3f} (tie ≤ {r['tie']})"
-        note = f" ({r['error']})" if isinstance(r["error"], str) else ""
-        table.add_row(str(r["device"]), str(r["arm"]), str(r["runtime"]), str(r["quant_class"]), str(r["trials"]),
-                      str(r["distinct_sequences"]), str(r["prefill"]), str(r["decode"]) + note, fork, gap)
-    return table
 
 
 def register(app: typer.Typer) -> None:

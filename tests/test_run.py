@@ -226,3 +226,15 @@ def test_resume_and_show_of_unknown_runs_exit_2(tmp_path: Path) -> None:
     assert code == 2 and "no run 'nope'" in out
     code, out = invoke("run", "--fleet", str(SIM_LAB))
     assert code == 2 and "needs --fleet FILE and --plan FILE" in out
+
+
+def test_show_prints_token_gates_beside_the_verdicts(tmp_path: Path) -> None:
+    f, p = write_inputs(tmp_path, fleet_of(sim_device("a")), plan_with())
+    code, _ = invoke("run", "--fleet", str(f), "--plan", str(p), "--results", str(tmp_path / "r"))
+    run = only_run(tmp_path / "r")
+    (run.path / "token_gates.csv").write_text(
+        "device,arm,runtime,quant_class,trials,distinct_sequences,prefill,decode,first_divergence,worst_margin,"
+        "tie,error\na,cand,rawloop-metal,Q8_0,12,1,bit-exact,quality-class,7,0.21,0.5,\n")
+    code, out = invoke("show", run.run_id, "--results", str(tmp_path / "r"))
+    assert code == 0 and "Token gates" in out and "quality-class" in out
+    assert out.index("Verdicts") < out.index("Token gates")

@@ -118,3 +118,19 @@ def devices_table(rows: list[Any]) -> Table:
             _fmt(t.battery_c if t else None, ".1f"), r.health.fix or ("" if ok else (r.health.detail or "")),
         )
     return table
+
+
+def gates_table(gates: pd.DataFrame) -> Table:
+    """Token gates of a run (`orch runtimes gate` writes them): each arm against the numpy reference."""
+    table = Table(title="Token gates (vs the numpy reference; decode and prefill apart)", title_justify="left")
+    for col in ("device", "arm", "runtime", "class", "trials", "sequences", "prefill", "decode", "first fork",
+                "worst gap (sd)"):
+        table.add_column(col)
+    for r in gates.to_dict("records"):
+        fork = "-" if pd.isna(r["first_divergence"]) else str(int(r["first_divergence"]))
+        gap = "-" if not r["worst_margin"] or pd.isna(r["worst_margin"]) else (
+            f"{float(r['worst_margin']):.3f} (tie ≤ {r['tie']})")
+        note = f" ({r['error']})" if isinstance(r["error"], str) else ""
+        table.add_row(str(r["device"]), str(r["arm"]), str(r["runtime"]), str(r["quant_class"]), str(r["trials"]),
+                      str(r["distinct_sequences"]), str(r["prefill"]), str(r["decode"]) + note, fork, gap)
+    return table
