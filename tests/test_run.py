@@ -238,3 +238,8 @@ def test_show_prints_token_gates_beside_the_verdicts(tmp_path: Path) -> None:
     code, out = invoke("show", run.run_id, "--results", str(tmp_path / "r"))
     assert code == 0 and "Token gates" in out and "quality-class" in out
     assert out.index("Verdicts") < out.index("Token gates")
+    code, out = invoke("report", run.run_id, "--results", str(tmp_path / "r"), "--out", str(tmp_path / "rep"))
+    assert code == 0, out
+    for name in ("report.md", "report.html"):
+        text = (tmp_path / "rep" / name).read_text()
+        assert "Against the numpy reference decoder" in text and "quality-class" in text

@@ -14,6 +14,7 @@ from orchestrator.report.markdown import (
     AUDIT_COLS,
     FAIL_COLS,
     GATE_COLS,
+    REF_GATE_COLS,
     SESSION_COLS,
     VERDICT_COLS,
     Report,
@@ -91,6 +92,9 @@ def to_html(report: Report) -> str:
             "device": ("device", ""), "chunk_width": ("M", "d"), "mb": ("MB per prefill token", ".1f"),
             "bound_tok_s": ("bandwidth bound tok/s", ".0f"), "regime": ("regime", "")})]
     h += ["<h2>Token gates</h2>", _table(report.gates, GATE_COLS)]
+    if report.reference_gates is not None:
+        h += ["<h3>Against the numpy reference decoder (decode and prefill apart)</h3>",
+              _table(report.reference_gates, REF_GATE_COLS)]
     if report.nightly is not None:
         n = report.nightly
         h += ["<h2>Nightly history: alarms and change points (table: last 10 nights)</h2>",

@@ -38,6 +38,7 @@ class Report:
     audit: pd.DataFrame | None
     prefill: pd.DataFrame | None
     gates: pd.DataFrame
+    reference_gates: pd.DataFrame | None  # `orch runtimes gate` against the numpy reference, where it ran
     failures: pd.DataFrame
     nightly: NightlyView | None
     figures: dict[str, bytes] = field(default_factory=dict)  # name -> PNG
@@ -80,6 +81,11 @@ def token_gates(manifest: Manifest, records: list[Any]) -> pd.DataFrame:
     return out
 
 
+def _reference_gates(run: RunDir) -> pd.DataFrame | None:
+    path = run.path / "token_gates.csv"
+    return pd.read_csv(path) if path.is_file() else None
+
+
 def _nightly(history: Path | None, manifest: Manifest) -> NightlyView | None:
     from orchestrator.analysis import nightly
 
@@ -107,7 +113,8 @@ def collect(run: RunDir, ceilings: CeilingTable | None, history: Path | None = N
     failures = trials[trials["status"] != "ok"][["device", "trial_id", "arm", "attempts", "failure_kind",
                                                  "failure_message"]] if len(trials) else pd.DataFrame()
     report = Report(run=run, manifest=manifest, trials=trials, verdicts=table, stops=ended, audit=aud, prefill=pre,
-                    gates=token_gates(manifest, records), failures=failures, nightly=_nightly(history, manifest))
+                    gates=token_gates(manifest, records), reference_gates=_reference_gates(run), failures=failures,
+                    nightly=_nightly(history, manifest))
     arms = [a.name for a in manifest.plan.arms]
     if len(trials):
         if len(ok):
@@ -187,6 +194,9 @@ AUDIT_COLS = {"device": ("device", ""), "arm": ("arm", ""), "decode_tok_s": ("to
               "reading": ("reading", ""), "ceiling_source": ("ceiling from", "")}
 GATE_COLS = {"device": ("device", ""), "arm": ("arm", ""), "launches": ("launches", "d"),
              "tokens": ("tokens", "d"), "gate": ("token gate vs the first arm", "")}
+REF_GATE_COLS = {"device": ("device", ""), "arm": ("arm", ""), "runtime": ("runtime", ""),
+                 "quant_class": ("class", ""), "trials": ("trials", "d"), "prefill": ("prefill gate", ""),
+                 "decode": ("decode gate", ""), "first_divergence": ("first fork", ".0f")}
 FAIL_COLS = {"device": ("device", ""), "trial_id": ("trial", ""), "arm": ("arm", ""), "attempts": ("attempts", "d"),
              "failure_kind": ("kind", ""), "failure_message": ("message", "")}
 
@@ -226,6 +236,9 @@ def to_markdown(report: Report, image: Callable[[str], str]) -> str:
             "device": ("device", ""), "chunk_width": ("M", "d"), "mb": ("MB per prefill token", ".1f"),
             "bound_tok_s": ("bandwidth bound tok/s", ".0f"), "regime": ("regime", "")}), ""]
     parts += ["## Token gates", "", md_table(report.gates, GATE_COLS), ""]
+    if report.reference_gates is not None:
+        parts += ["### Against the numpy reference decoder (decode and prefill apart)", "",
+                  md_table(report.reference_gates, REF_GATE_COLS), ""]
     if report.nightly is not None:
         n = report.nightly
         last = n.alarms.sort_values("night").groupby(["config", "device"]).tail(1)
