@@ -22,7 +22,7 @@ from orchestrator.config.fleet import Fleet, HostDeviceConfig, IphoneDeviceConfi
 from orchestrator.config.loader import ConfigError, Problem, key_line, load_fleet, load_plan
 from orchestrator.config.plan import Plan
 from orchestrator.config.sim import SimDeviceConfig
-from orchestrator.devices import BackendUnavailable, open_device
+from orchestrator.devices import open_device
 from orchestrator.devices.base import DeviceInfo, DeviceUnavailable, Health, Telemetry
 from orchestrator.results.journal import Journal
 from orchestrator.results.records import EARLY_STOPS, Manifest, RunFinished, RunStarted, StopReason
@@ -110,10 +110,7 @@ async def survey(fleet: Fleet, timeout: float = 60.0) -> list[DeviceRow]:
     async def one(dev_id: str) -> DeviceRow:
         cfg = fleet.device(dev_id)
         info, reading = None, None
-        try:
-            device, _clock = open_device(fleet, dev_id)
-        except BackendUnavailable as exc:
-            return DeviceRow(dev_id, cfg.kind, cfg.host, Health(state="error", detail=str(exc)), None, None)
+        device, _clock = open_device(fleet, dev_id)
         try:
             health = await asyncio.wait_for(device.health(), timeout)
             if health.state == "ok":

@@ -10,8 +10,6 @@ than ``2 * min_size`` are not split. Deterministic for a seed.
 
 from __future__ import annotations
 
-import itertools
-
 import numpy as np
 import numpy.typing as npt
 
@@ -51,11 +49,3 @@ def detect(
             found.append(k)
             stack += [(lo, k), (k, hi)]
     return sorted(found)
-
-
-def segments(values: npt.ArrayLike, points: list[int]) -> list[tuple[int, int, float]]:
-    """(start, end, median) of each segment between change points."""
-    x = np.asarray(values, dtype=np.float64)
-    x = x[np.isfinite(x)]
-    edges = [0, *points, x.size]
-    return [(a, b, float(np.median(x[a:b]))) for a, b in itertools.pairwise(edges) if b > a]

@@ -36,13 +36,9 @@ VERDICT_COLUMNS = [
 ]
 
 
-def _column(plan: Plan) -> str:
-    return "prefill_tok_s" if plan.decision.statistic == "log_prefill_tok_s" else "decode_tok_s"
-
-
 def verdicts(trials: pd.DataFrame, plan: Plan, *, seed: int = 0) -> pd.DataFrame:
     """One row per device and pair (baseline = the arm listed first in the plan)."""
-    col, rows = _column(plan), []
+    col, rows = plan.decision.column(), []
     seq = plan.decision.sequential
     alpha = seq.alpha_per_look if seq is not None else plan.decision.alpha
     ok = trials[(trials["status"] == "ok") & trials[col].notna()]

@@ -9,7 +9,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from orchestrator.config.base import Strict
-from orchestrator.protocol import FailureKind, TuningValue
+from orchestrator.protocol import FailureKind, TrialResult, TuningValue
 
 
 class Arm(Strict):
@@ -70,6 +70,14 @@ class DecisionRule(Strict):
     resamples: int = Field(default=2000, ge=200)
     power: float = Field(default=0.8, gt=0, lt=1, description="Power at which the MDE is stated")
     sequential: SequentialLooks | None = None
+
+    def measure(self, result: TrialResult) -> float | None:
+        """The trial's number this rule decides on: decode or prefill tok/s of trial1."""
+        return result.prefill_tok_s() if self.statistic == "log_prefill_tok_s" else result.decode_tok_s()
+
+    def column(self) -> str:
+        """The same number's column in the trials table."""
+        return "prefill_tok_s" if self.statistic == "log_prefill_tok_s" else "decode_tok_s"
 
     def digest(self) -> str:
         canon = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))

@@ -6,7 +6,7 @@ import shlex
 import sys
 
 from orchestrator.clock import Clock, SystemClock, VirtualClock
-from orchestrator.config.fleet import Fleet, HostDeviceConfig, IphoneDeviceConfig, LocalHost, SshHost
+from orchestrator.config.fleet import Fleet, HostDeviceConfig, SshHost
 from orchestrator.config.sim import SimDeviceConfig
 from orchestrator.devices.base import (
     Artifacts,
@@ -24,7 +24,6 @@ from orchestrator.devices.ssh import SshRunner
 
 __all__ = [
     "Artifacts",
-    "BackendUnavailable",
     "Device",
     "DeviceInfo",
     "DeviceUnavailable",
@@ -37,40 +36,29 @@ __all__ = [
 ]
 
 
-class BackendUnavailable(Exception):
-    pass
-
-
-def runner_for(fleet: Fleet, host_id: str) -> Runner:
-    """Where a device's commands run: this machine, or a fleet host over SSH."""
-    host = next((h for h in fleet.hosts if h.id == host_id), None)
-    if host is None or isinstance(host, LocalHost):
-        return LocalRunner()
-    return SshRunner(host)
-
-
 def open_device(fleet: Fleet, device_id: str, *, stream: int = 0) -> tuple[Device, Clock]:
-    """The device and the clock its session runs on (virtual for simulated devices)."""
+    """The device and the clock its session runs on (virtual for simulated devices).
+
+    A device on an SSH host runs its commands there; iPhones on another host (and hosts with
+    `via: agent`) are served by `orch agent` on that host.
+    """
     cfg = fleet.device(device_id)
     if isinstance(cfg, SimDeviceConfig):
         from orchestrator.devices.sim import SimDevice
 
         clock = VirtualClock()
         return SimDevice(cfg, clock, stream=stream), clock
-    host = next((h for h in fleet.hosts if h.id == cfg.host), None)
-    remote_iphone = isinstance(host, SshHost) and cfg.kind == "iphone"
-    if (isinstance(cfg, HostDeviceConfig) and cfg.via == "agent") or remote_iphone:
+    ssh = next((h for h in fleet.hosts if h.id == cfg.host and isinstance(h, SshHost)), None)
+    runner: Runner = SshRunner(ssh) if ssh is not None else LocalRunner()
+    if (isinstance(cfg, HostDeviceConfig) and cfg.via == "agent") or (ssh is not None and cfg.kind == "iphone"):
         from orchestrator.devices.agent import AgentDevice
 
-        if isinstance(host, SshHost):
-            return AgentDevice(cfg, SshRunner(host), shlex.split(host.orch_command)), SystemClock()
-        return AgentDevice(cfg, LocalRunner(), [sys.executable, "-m", "orchestrator"]), SystemClock()
+        command = shlex.split(ssh.orch_command) if ssh is not None else [sys.executable, "-m", "orchestrator"]
+        return AgentDevice(cfg, runner, command), SystemClock()
     if isinstance(cfg, HostDeviceConfig):
         from orchestrator.devices.host import HostDevice
 
-        return HostDevice(cfg, runner_for(fleet, cfg.host)), SystemClock()
-    if isinstance(cfg, IphoneDeviceConfig):
-        from orchestrator.devices.iphone import IphoneDevice
+        return HostDevice(cfg, runner), SystemClock()
+    from orchestrator.devices.iphone import IphoneDevice
 
-        return IphoneDevice(cfg), SystemClock()
-    raise BackendUnavailable(f"device {device_id!r}: kind {cfg.kind!r}: backend not available yet")
+    return IphoneDevice(cfg), SystemClock()

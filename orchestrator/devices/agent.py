@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import shlex
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -168,7 +167,3 @@ class AgentDevice(Device):
                 pass
             await self._drop()
         await self.runner.close()
-
-
-def agent_command(orch_command: str) -> list[str]:
-    return shlex.split(orch_command)

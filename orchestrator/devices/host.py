@@ -233,8 +233,9 @@ class HostDevice(Device):
             local_spec.write_text(spec.model_dump_json())
             try:
                 await self.runner.put(local_spec, spec_path)
-                await self.runner.run(["mkdir", "-p", f"{base}/results"], timeout=30)
-                await self.runner.run(["rm", "-f", out_path], timeout=30)
+                # one round trip: the results folder, and no stale result an earlier attempt left
+                await self.runner.run(["sh", "-c", 'mkdir -p "$1" && rm -f "$2"', "orch", f"{base}/results", out_path],
+                                      timeout=30)
             except RunnerError as exc:
                 return TrialFailure(kind="disconnected", message=f"{self.id}: {exc}")
             done: list[str] = []
@@ -274,8 +275,6 @@ class HostDevice(Device):
 
     async def _fetch(self, remote: str, local: Path) -> bytes | None:
         try:
-            if not await self.runner.exists(remote):
-                return None
             await self.runner.get(remote, local)
         except (RunnerError, FileNotFoundError):
             return None

@@ -69,6 +69,7 @@ class SshRunner(Runner):
         self.name = cfg.id
         self._client: paramiko.SSHClient | None = None
         self._home: str | None = None
+        self._sftp_client: paramiko.SFTPClient | None = None
         self._lock = asyncio.Lock()
 
     # -- connection --------------------------------------------------------------------------
@@ -130,6 +131,7 @@ class SshRunner(Runner):
             if not self._alive():
                 if self._client is not None:
                     self._client.close()
+                self._sftp_client = None
                 self._client = await asyncio.to_thread(self._connect_sync)
             assert self._client is not None
             return self._client
@@ -138,6 +140,7 @@ class SshRunner(Runner):
         if self._client is not None:
             self._client.close()
             self._client = None
+            self._sftp_client = None
 
     # -- commands ----------------------------------------------------------------------------
     async def home(self) -> str:
@@ -246,8 +249,13 @@ class SshRunner(Runner):
 
     # -- files -------------------------------------------------------------------------------
     async def _sftp(self) -> paramiko.SFTPClient:
+        """One SFTP session per connection, opened on first use."""
         client = await self._ensure()
-        return await asyncio.to_thread(client.open_sftp)
+        sftp = self._sftp_client
+        chan = sftp.get_channel() if sftp is not None else None
+        if sftp is None or chan is None or chan.closed:
+            sftp = self._sftp_client = await asyncio.to_thread(client.open_sftp)
+        return sftp
 
     async def put(self, local: Path, remote: str) -> None:
         remote = await self.expand(remote)
@@ -261,8 +269,6 @@ class SshRunner(Runner):
             await asyncio.to_thread(sftp.posix_rename, remote + ".part", remote)
         except (OSError, paramiko.SSHException, EOFError) as exc:
             raise ConnectionLost(f"{self._where()}: put {remote}: {exc}") from None
-        finally:
-            sftp.close()
 
     async def get(self, remote: str, local: Path) -> None:
         remote = await self.expand(remote)
@@ -273,8 +279,6 @@ class SshRunner(Runner):
             raise
         except (OSError, paramiko.SSHException, EOFError) as exc:
             raise ConnectionLost(f"{self._where()}: get {remote}: {exc}") from None
-        finally:
-            sftp.close()
 
     async def exists(self, remote: str) -> bool:
         remote = await self.expand(remote)
@@ -284,8 +288,6 @@ class SshRunner(Runner):
             return True
         except FileNotFoundError:
             return False
-        finally:
-            sftp.close()
 
 
 class _SshStream(Stream):

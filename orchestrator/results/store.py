@@ -11,7 +11,6 @@ from typing import Any
 
 import pandas as pd
 
-from orchestrator.protocol import THERMAL_ORDER
 from orchestrator.results.journal import read_journal
 from orchestrator.results.records import Manifest, ProbeRecord, Record, SessionStopped, TrialRecord
 
@@ -144,6 +143,3 @@ def load_trials(run_dir: str | Path) -> pd.DataFrame:
         return pd.read_parquet(run.trials_path)
     return trial_rows(run.manifest(), run.records())
 
-
-def thermal_rank(state: str | None) -> int:
-    return THERMAL_ORDER.get(state or "", -1)

@@ -46,10 +46,8 @@ class Weights:
             return float(f.parts[f.data[0]][0])
 
         self.t: dict[str, np.ndarray] = {}
-        self.file_bytes = 0
         for tensor in reader.tensors:
             data = np.asarray(tensor.data)
-            self.file_bytes += int(tensor.n_bytes)
             if tensor.tensor_type != gguf.GGMLQuantizationType.F32:
                 data = quants.dequantize(data, tensor.tensor_type)
             self.t[tensor.name] = np.ascontiguousarray(data, dtype=np.float32)

@@ -26,14 +26,13 @@ OpenDevice = Callable[[str], tuple[Device, Clock]]
 def resume_state(manifest: Manifest, records: list[Record]) -> dict[str, SessionState]:
     """What each device already did, from the journal; devices whose session ended are left out."""
     states = {s.device: SessionState() for s in manifest.sessions}
-    statistic = manifest.plan.decision.statistic
     for rec in records:
         if isinstance(rec, TrialRecord):
             st = states[rec.device]
             st.done.add(rec.trial_id)
             st.attempts.pop(rec.trial_id, None)
             if rec.result is not None:
-                v = rec.result.prefill_tok_s() if statistic == "log_prefill_tok_s" else rec.result.decode_tok_s()
+                v = manifest.plan.decision.measure(rec.result)
                 if v is not None:
                     st.values.setdefault(rec.arm, []).append((rec.block, v))
         elif isinstance(rec, AttemptFailed):

@@ -91,7 +91,7 @@ class Session:
             if failures_in_row >= self.plan.retry.max_consecutive_failures:
                 return "too_many_failures", f"{failures_in_row} trials in a row failed; last: {outcome.failure}"
             if outcome.result is not None:
-                value = self._statistic(outcome)
+                value = self.plan.decision.measure(outcome.result)
                 if value is not None:
                     self.state.values.setdefault(trial.arm, []).append((trial.block, value))
             stop = self._look()
@@ -162,12 +162,6 @@ class Session:
             warm_repetitions=t.warm_repetitions, seed=self.plan.seed, threads=arm.threads, build=arm.build,
             tuning=dict(arm.engine), clear_caches=list(t.clear_caches),
         )
-
-    def _statistic(self, record: TrialRecord) -> float | None:
-        assert record.result is not None
-        if self.plan.decision.statistic == "log_prefill_tok_s":
-            return record.result.prefill_tok_s()
-        return record.result.decode_tok_s()
 
     def _look(self) -> StopReason | None:
         """Group-sequential looks: stop when every pair is decided or futile."""
