@@ -46,11 +46,23 @@ def _drop_torn_tail(path: Path) -> None:
     if not path.exists() or path.stat().st_size == 0:
         return
     with open(path, "rb+") as f:
-        data = f.read()
-        if not data.endswith(b"\n"):
-            f.truncate(data.rfind(b"\n") + 1)
-            f.flush()
-            os.fsync(f.fileno())
+        end = f.seek(0, os.SEEK_END)
+        f.seek(end - 1)
+        if f.read(1) == b"\n":
+            return  # the usual case: only the last byte is read
+        pos = end
+        while pos > 0:  # walk back to the last whole line
+            start = max(0, pos - (1 << 16))
+            f.seek(start)
+            chunk = f.read(pos - start)
+            if (cut := chunk.rfind(b"\n")) >= 0:
+                f.truncate(start + cut + 1)
+                break
+            pos = start
+        else:
+            f.truncate(0)
+        f.flush()
+        os.fsync(f.fileno())
 
 
 def read_journal(path: Path) -> list[Record]:
