@@ -28,6 +28,7 @@ from orchestrator.results.journal import Journal
 from orchestrator.results.records import EARLY_STOPS, Manifest, RunFinished, RunStarted, StopReason
 from orchestrator.results.store import RunDir, create_run, new_run_id, stops, trial_rows, write_atomic
 from orchestrator.runtimes import RUNTIMES
+from orchestrator.runtimes.gating import gates_of
 from orchestrator.schedule import resume_state, run_sessions, session_plan
 from orchestrator.schedule.session import Observer
 
@@ -161,6 +162,7 @@ class RunOutcome:
     stops: dict[str, StopReason]
     trials: pd.DataFrame
     verdicts: pd.DataFrame
+    gates: pd.DataFrame  # token gates of the real trials against the numpy reference (empty for sims)
 
     @property
     def completed(self) -> bool:
@@ -194,7 +196,8 @@ async def execute(run: RunDir, *, observe: Observer = lambda d, r: None) -> RunO
 
 
 def derive(run: RunDir) -> RunOutcome:
-    """Rebuild the derived tables from the journal (the source of truth)."""
+    """Rebuild the derived tables from the journal (the source of truth); the token gates are
+    recomputed only when the journal has changed since they were written."""
     manifest, records = run.manifest(), run.records()
     trials = trial_rows(manifest, records)
     table = verdicts(trials, manifest.plan, seed=manifest.seed)
@@ -205,4 +208,5 @@ def derive(run: RunDir) -> RunOutcome:
     reasons = {d: s.reason for d, s in stops(records).items()}
     for s in manifest.sessions:
         reasons.setdefault(s.device, "interrupted")
-    return RunOutcome(run=run, manifest=manifest, stops=reasons, trials=trials, verdicts=table)
+    return RunOutcome(run=run, manifest=manifest, stops=reasons, trials=trials, verdicts=table,
+                      gates=gates_of(run, records))

@@ -11,7 +11,6 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, NoReturn
 
-import pandas as pd
 import typer
 from rich.console import Console
 
@@ -24,6 +23,7 @@ from orchestrator.config.plan import Plan
 from orchestrator.report.console import LiveProgress, devices_table, gates_table, session_table, verdict_table
 from orchestrator.results.records import TrialRecord
 from orchestrator.results.store import RunDir, RunNotFound, find_run
+from orchestrator.runtimes.gating import mismatched
 
 # The CLI parses, calls orchestrator.app and friends, and prints; no logic lives here.
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
@@ -87,10 +87,14 @@ def _execute(run_dir: RunDir) -> None:
 def _summary(outcome: core.RunOutcome) -> None:
     out.print(session_table(outcome.trials, dict(outcome.stops), outcome.manifest))
     out.print(verdict_table(outcome.verdicts, outcome.manifest))
-    gates = outcome.run.path / "token_gates.csv"
-    if gates.is_file():  # written by `orch runtimes gate RUN`
-        out.print(gates_table(pd.read_csv(gates)))
-    out.print(f"results: {outcome.run.path}/  (journal.jsonl, trials.parquet, verdicts.csv)")
+    files = "journal.jsonl, trials.parquet, verdicts.csv"
+    if len(outcome.gates):
+        out.print(gates_table(outcome.gates))
+        files += ", token_gates.csv"
+        if bad := mismatched(outcome.gates):
+            err.print(f"token gate mismatch: {', '.join(bad)} decoded other tokens than the reference; "
+                      "its speed is not comparable (see the gates above)", markup=False, highlight=False)
+    out.print(f"results: {outcome.run.path}/  ({files})")
 
 
 @app.command()

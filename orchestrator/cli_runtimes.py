@@ -133,20 +133,20 @@ def gate_cmd(
     run: Annotated[str, typer.Argument(help="Run id (or its directory)")],
     results: Annotated[Path, typer.Option("--results", help="Where runs live")] = Path("results"),
 ) -> None:
-    """Token gates of a run: each arm's token ids against the numpy reference decoder."""
-    from orchestrator.runtimes.gating import run_gates
+    """Token gates of a run, recomputed: each arm's token ids against the numpy reference decoder
+    (`orch run` and `orch show` print them too; this writes token_gates.csv afresh). Exit 1 on a mismatch."""
+    from orchestrator.runtimes.gating import gates_of, mismatched
 
     try:
         run_dir = RunDir(Path(run)) if (Path(run) / "manifest.json").is_file() else find_run(results, run)
     except RunNotFound as exc:
         _bad_input(str(exc))
-    gates = run_gates(run_dir.manifest(), run_dir.records())
+    gates = gates_of(run_dir, force=True)
     if gates.empty:
         out.print("no real trials with tokens to gate (simulated devices are not gated)")
         return
-    gates.to_csv(run_dir.path / "token_gates.csv", index=False)
     out.print(gates_table(gates))
-    raise typer.Exit(1 if ((gates["prefill"] == "mismatch") | (gates["decode"] == "mismatch")).any() else 0)
+    raise typer.Exit(1 if mismatched(gates) else 0)
 
 
 def register(app: typer.Typer) -> None:

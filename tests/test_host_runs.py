@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pandas as pd
 from conftest import MODEL, ORCH
 from sshd import Sshd
 from test_run import finals, invoke, only_run, write_inputs
@@ -53,6 +54,11 @@ def test_orch_run_over_ssh_loopback_puts_real_results_in_the_journal(
     (probe,) = [r for r in run.records() if type(r).__name__ == "ProbeRecord"]
     assert probe.device == "there" and probe.probe.gb_s > 0  # type: ignore[union-attr]
     assert (trials["probe_gb_s"] == probe.probe.gb_s).all()  # type: ignore[union-attr]
+    # The run's own summary gated both arms' tokens against the numpy reference and kept the table.
+    assert out.index("Verdicts") < out.index("Token gates") and "token_gates.csv" in out
+    gates = pd.read_csv(run.gates_path).set_index("arm")
+    assert set(gates.index) == {"t1", "t2"} and (gates["trials"] == 12).all()
+    assert set(gates["decode"]) <= {"bit-exact", "quality-class"}, gates
     code, out = invoke("audit", run.run_id, "--results", str(tmp_path / "r"))
     assert code == 0 and "stream probe" in out, out
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from test_run import invoke, only_run, write_inputs
 
@@ -17,7 +18,6 @@ from orchestrator.protocol import TrialSpec
 from orchestrator.results import load_trials
 from orchestrator.runtimes.base import RuntimeContext
 from orchestrator.runtimes.envs import installed
-from orchestrator.runtimes.gating import run_gates
 from orchestrator.runtimes.ort_genai import ADAPTER as ORT
 
 needs_llamacpp = pytest.mark.skipif(installed("llamacpp") is None, reason="llama.cpp not installed")
@@ -53,7 +53,8 @@ def test_one_interleaved_run_of_three_runtimes_with_token_gates(t1: Path, tmp_pa
     assert len(trials) == 18 and (trials["decode_tok_s"] > 0).all()
     versions = dict(zip(trials["arm"], trials["engine_version"], strict=False))
     assert versions["llama"].startswith("llama-cpp-python") and versions["ort"].startswith("onnxruntime-genai")
-    gates = run_gates(run.manifest(), run.records()).set_index("arm")
+    assert out.index("Verdicts") < out.index("Token gates"), "the run gates its own tokens"
+    gates = pd.read_csv(run.gates_path).set_index("arm")
     assert gates.loc["ref", "decode"] == "bit-exact" and gates.loc["ref", "prefill"] == "bit-exact"
     # Same Q8_0 weights (llama.cpp) or the same class by another quantizer (ORT int8): never a mismatch.
     assert set(gates["decode"]) <= {"bit-exact", "quality-class"}, gates

@@ -121,7 +121,7 @@ def devices_table(rows: list[Any]) -> Table:
 
 
 def gates_table(gates: pd.DataFrame) -> Table:
-    """Token gates of a run (`orch runtimes gate` writes them): each arm against the numpy reference."""
+    """Token gates of a run's real trials: each arm against the numpy reference decoder."""
     table = Table(title="Token gates (vs the numpy reference; decode and prefill apart)", title_justify="left")
     for col in ("device", "arm", "runtime", "class", "trials", "sequences", "prefill", "decode", "first fork",
                 "worst gap (sd)"):

@@ -38,7 +38,7 @@ class Report:
     audit: pd.DataFrame | None
     prefill: pd.DataFrame | None
     gates: pd.DataFrame
-    reference_gates: pd.DataFrame | None  # `orch runtimes gate` against the numpy reference, where it ran
+    reference_gates: pd.DataFrame | None  # against the numpy reference (real trials only)
     failures: pd.DataFrame
     nightly: NightlyView | None
     figures: dict[str, bytes] = field(default_factory=dict)  # name -> PNG
@@ -81,9 +81,11 @@ def token_gates(manifest: Manifest, records: list[Any]) -> pd.DataFrame:
     return out
 
 
-def _reference_gates(run: RunDir) -> pd.DataFrame | None:
-    path = run.path / "token_gates.csv"
-    return pd.read_csv(path) if path.is_file() else None
+def _reference_gates(run: RunDir, records: list[Any]) -> pd.DataFrame | None:
+    from orchestrator.runtimes.gating import gates_of
+
+    gates = gates_of(run, records)
+    return gates if len(gates) else None
 
 
 def _nightly(history: Path | None, manifest: Manifest) -> NightlyView | None:
@@ -113,7 +115,8 @@ def collect(run: RunDir, ceilings: CeilingTable | None, history: Path | None = N
     failures = trials[trials["status"] != "ok"][["device", "trial_id", "arm", "attempts", "failure_kind",
                                                  "failure_message"]] if len(trials) else pd.DataFrame()
     report = Report(run=run, manifest=manifest, trials=trials, verdicts=table, stops=ended, audit=aud, prefill=pre,
-                    gates=token_gates(manifest, records), reference_gates=_reference_gates(run), failures=failures,
+                    gates=token_gates(manifest, records), reference_gates=_reference_gates(run, records),
+                    failures=failures,
                     nightly=_nightly(history, manifest))
     arms = [a.name for a in manifest.plan.arms]
     if len(trials):

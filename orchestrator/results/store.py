@@ -43,6 +43,14 @@ class RunDir:
     def verdicts_path(self) -> Path:
         return self.path / "verdicts.csv"
 
+    @property
+    def gates_path(self) -> Path:
+        return self.path / "token_gates.csv"
+
+    def fresh(self, derived: Path) -> bool:
+        """A table derived from the journal is current: written after the journal's last record."""
+        return derived.exists() and derived.stat().st_mtime >= self.journal_path.stat().st_mtime
+
     def manifest(self) -> Manifest:
         return Manifest.model_validate_json(self.manifest_path.read_bytes())
 
@@ -139,7 +147,7 @@ def stops(records: list[Record]) -> dict[str, SessionStopped]:
 def load_trials(run_dir: str | Path) -> pd.DataFrame:
     """The public loader: one row per planned trial that finished (ok or failed)."""
     run = RunDir(Path(run_dir))
-    if run.trials_path.exists() and run.trials_path.stat().st_mtime >= run.journal_path.stat().st_mtime:
+    if run.fresh(run.trials_path):
         return pd.read_parquet(run.trials_path)
     return trial_rows(run.manifest(), run.records())
 

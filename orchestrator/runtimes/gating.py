@@ -19,6 +19,7 @@ import pandas as pd
 from orchestrator.analysis.tokengate import TIE, Gate, GateVerdict, gate
 from orchestrator.config.plan import Arm
 from orchestrator.results.records import Manifest, Record, TrialRecord
+from orchestrator.results.store import RunDir, write_atomic
 from orchestrator.runtimes.source import ORT_PRECISION, quant_class
 
 OWN_QUANTIZER = ("ort-genai", "mlx", "litert-lm")  # convert from the HF weights with their own quantizers
@@ -132,4 +133,24 @@ def run_gates(manifest: Manifest, records: list[Record], gater: Gater | None = N
     return pd.DataFrame(out, columns=columns)
 
 
-__all__ = ["Gater", "reference_model", "run_gates", "tolerance"]
+def gates_of(run: RunDir, records: list[Record] | None = None, *, force: bool = False) -> pd.DataFrame:
+    """The run's token gates, computed once per journal state: `token_gates.csv` is reused while it is
+    newer than the journal, else the gates are computed (seconds: a reference decode per model) and
+    written. Empty for a run with no real trials."""
+    if not force and run.fresh(run.gates_path):
+        return pd.read_csv(run.gates_path)
+    gates = run_gates(run.manifest(), run.records() if records is None else records)
+    if len(gates):
+        write_atomic(run.gates_path, gates.to_csv(index=False).encode())
+    return gates
+
+
+def mismatched(gates: pd.DataFrame) -> list[str]:
+    """`device/arm` of every row whose prefill or decode gate is a mismatch."""
+    if not len(gates):
+        return []
+    bad = gates[(gates["prefill"] == "mismatch") | (gates["decode"] == "mismatch")]
+    return [f"{d}/{a}" for d, a in zip(bad["device"], bad["arm"], strict=True)]
+
+
+__all__ = ["Gater", "gates_of", "mismatched", "reference_model", "run_gates", "tolerance"]
