@@ -10,7 +10,7 @@ import hashlib
 import json
 import os
 import platform
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
@@ -187,15 +187,16 @@ async def execute(run: RunDir, *, observe: Observer = lambda d, r: None) -> RunO
         await run_sessions(
             manifest, journal, lambda d: open_device(manifest.fleet, d, stream=stream), states, observe=observe
         )
-        outcome = derive(run)
+        outcome = derive(run, gates=False)
         status = "completed" if outcome.completed else "incomplete"
         journal.append(RunFinished(status=status, wall=datetime.now(UTC).timestamp()))
     finally:
         journal.close()
-    return outcome
+    # Gated after the journal's last record, so the table stays current for `orch show` and `orch report`.
+    return replace(outcome, gates=gates_of(run))
 
 
-def derive(run: RunDir) -> RunOutcome:
+def derive(run: RunDir, *, gates: bool = True) -> RunOutcome:
     """Rebuild the derived tables from the journal (the source of truth); the token gates are
     recomputed only when the journal has changed since they were written."""
     manifest, records = run.manifest(), run.records()
@@ -209,4 +210,4 @@ def derive(run: RunDir) -> RunOutcome:
     for s in manifest.sessions:
         reasons.setdefault(s.device, "interrupted")
     return RunOutcome(run=run, manifest=manifest, stops=reasons, trials=trials, verdicts=table,
-                      gates=gates_of(run, records))
+                      gates=gates_of(run, records) if gates else pd.DataFrame())
