@@ -6,7 +6,9 @@ Exit codes: 0 ok, 1 an install failed (or a gate found a mismatch), 2 bad input.
 
 from __future__ import annotations
 
+import asyncio
 import json
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Annotated, NoReturn
 
@@ -15,10 +17,11 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from orchestrator.devices.runners import LocalRunner, Runner, RunnerError
 from orchestrator.report.console import gates_table
 from orchestrator.results.store import RunDir, RunNotFound, find_run
 from orchestrator.runtimes import RUNTIMES
-from orchestrator.runtimes.envs import ENVS, InstallError, install, installed
+from orchestrator.runtimes.envs import ENVS, InstallError, disk_used, install, installed_on
 
 runtimes_app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
 out = Console(width=None if Console().is_terminal else 160)
@@ -36,84 +39,152 @@ def _size(n: int) -> str:
     return f"{n / 1e9:.2f} GB" if n >= 1e9 else f"{n / 1e6:.0f} MB"
 
 
+FleetOpt = Annotated[Path | None, typer.Option("--fleet", help="Fleet file: act on its hosts (default: this machine)")]
+HostOpt = Annotated[list[str] | None, typer.Option("--host", help="A fleet host id (repeatable); default: every host "
+                                                   "with a host device")]
+
+
+def _runners(fleet: Path | None, hosts: list[str] | None) -> list[Runner]:
+    """This machine, or the chosen hosts of a fleet (SSH hosts over SSH)."""
+    from orchestrator.config.loader import ConfigError, load_fleet
+    from orchestrator.devices import open_runner
+
+    hosts = hosts or []
+    if fleet is None:
+        if set(hosts) - {"local"}:
+            _bad_input(f"--host {', '.join(hosts)} needs --fleet FILE (the file that defines the host)")
+        return [LocalRunner()]
+    try:
+        cfg = load_fleet(fleet)
+    except ConfigError as exc:
+        _bad_input(str(exc))
+    known = ["local", *(h.id for h in cfg.hosts)]
+    if bad := [h for h in hosts if h not in known]:
+        _bad_input(f"{fleet}: no host {', '.join(bad)} (hosts: {', '.join(known)})")
+    chosen = hosts or sorted({d.host for d in cfg.devices if d.kind == "host"}) or ["local"]
+    return [open_runner(cfg, h) for h in chosen]
+
+
+def _where(name: str, runner: Runner) -> str:
+    return name if isinstance(runner, LocalRunner) else f"{name} on {runner.name}"
+
+
+async def _on_hosts(runners: list[Runner], work: Callable[[Runner], Awaitable[bool]]) -> bool:
+    """`work` on every host in turn (each connection closed after); True when any failed or was unreachable."""
+    failed = False
+    for runner in runners:
+        try:
+            failed |= not await work(runner)
+        except RunnerError as exc:
+            failed = True
+            err.print(f"{exc}" + (f" ({exc.fix})" if exc.fix else ""), markup=False, highlight=False)
+        finally:
+            await runner.close()
+    return failed
+
+
+async def _install_one(runner: Runner, name: str, force: bool) -> bool:
+    where = _where(name, runner)
+    have = await installed_on(runner, name)
+    if have and not force:
+        versions = ", ".join(f"{k} {v}" for k, v in have.versions.items())
+        out.print(f"{where}: installed ({versions})", highlight=False)
+        return True
+    out.print(f"{where}: installing ({ENVS[name].how})", highlight=False)
+    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
+                  TimeElapsedColumn(), console=out, transient=not out.is_terminal) as bar:
+        task = bar.add_task(where, total=1.0)
+        shown: list[str] = []
+
+        def step(what: str, frac: float, task: TaskID = task) -> None:
+            done = max(frac, bar.tasks[0].completed)
+            bar.update(task, completed=done, description=f"{where}: {what}")
+            # Not a terminal (CI logs, make): one line per phase, and compiling every 10%.
+            line = f"{where}: {what}" + (f" {int(done * 10) * 10}%" if what == "compiling" else "")
+            if not out.is_terminal and (not shown or shown[-1] != line) and not what.startswith("resolving"):
+                shown.append(line)
+                out.print(line, highlight=False)
+
+        try:
+            got = await install(runner, name, step)
+        except InstallError as exc:
+            err.print(f"{where}: {exc}\n{exc.tail}", markup=False, highlight=False)
+            return False
+    out.print(f"{where}: installed in {got.seconds:.0f} s", highlight=False)
+    return True
+
+
 @runtimes_app.command("install")
 def install_cmd(
     names: Annotated[list[str], typer.Argument(help=f"Runtimes to install: {', '.join(ENVS)}")],
     force: Annotated[bool, typer.Option(help="Reinstall even when installed")] = False,
+    fleet: FleetOpt = None,
+    host: HostOpt = None,
 ) -> None:
-    """Install runtimes into their own environments under the cache folder (first use only)."""
+    """Install runtimes into their own environments under the cache folder, here or on a fleet's
+    hosts (first use only: installed ones are skipped)."""
     if bad := [n for n in names if n not in ENVS]:
         _bad_input(f"cannot install {', '.join(bad)}: installable runtimes are {', '.join(ENVS)}")
-    failed = False
-    for name in names:
-        have = installed(name)
-        if have and not force:
-            versions = ", ".join(f"{k} {v}" for k, v in have.versions.items())
-            out.print(f"{name}: installed ({versions})", highlight=False)
-            continue
-        out.print(f"{name}: installing ({ENVS[name].how})", highlight=False)
-        with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
-                      TimeElapsedColumn(), console=out, transient=not out.is_terminal) as bar:
-            task = bar.add_task(name, total=1.0)
+    async def each(runner: Runner) -> bool:
+        return all([await _install_one(runner, name, force) for name in names])
 
-            shown: list[str] = []
+    raise typer.Exit(1 if asyncio.run(_on_hosts(_runners(fleet, host), each)) else 0)
 
-            def step(what: str, frac: float, task: TaskID = task, name: str = name, shown: list[str] = shown) -> None:
-                done = max(frac, bar.tasks[0].completed)
-                bar.update(task, completed=done, description=f"{name}: {what}")
-                # Not a terminal (CI logs, make): one line per phase, and compiling every 10%.
-                line = f"{name}: {what}" + (f" {int(done * 10) * 10}%" if what == "compiling" else "")
-                if not out.is_terminal and (not shown or shown[-1] != line) and not what.startswith("resolving"):
-                    shown.append(line)
-                    out.print(line, highlight=False)
 
-            try:
-                got = install(name, step)
-            except InstallError as exc:
-                failed = True
-                err.print(f"{name}: {exc}\n{exc.tail}", markup=False, highlight=False)
-                continue
-        out.print(f"{name}: installed in {got.seconds:.0f} s", highlight=False)
-    raise typer.Exit(1 if failed else 0)
+async def _list_rows(runner: Runner, rows: list[dict[str, object]]) -> bool:
+    """The host's rows, added only once all are known (an unreachable host shows none)."""
+    mine: list[dict[str, object]] = []
+    for name, what in RUNTIMES.items():
+        row: dict[str, object] = {"host": runner.name, "runtime": name, "what": what, "installed": False,
+                                  "versions": {}, "disk_bytes": 0}
+        if name in ENVS:
+            have = await installed_on(runner, name)
+            fleet = "" if isinstance(runner, LocalRunner) else f" --fleet F --host {runner.name}"
+            row.update(installed=have is not None, versions=have.versions if have else {},
+                       disk_bytes=await disk_used(runner, have.path) if have else 0,
+                       install=None if have else f"orch runtimes install {name}{fleet}")
+        elif name in BUILTIN:
+            row.update(installed=True, install=BUILTIN[name])
+        else:
+            row.update(install="runs on Apple devices (or simulated)")
+        mine.append(row)
+    rows += mine
+    return True
 
 
 @runtimes_app.command("list")
-def list_cmd(as_json: Annotated[bool, typer.Option("--json", help="One JSON object per runtime")] = False) -> None:
-    """Every runtime a plan can name: installed or not, versions, disk used."""
-    rows = []
-    for name, what in RUNTIMES.items():
-        if name in ENVS:
-            have = installed(name)
-            rows.append({"runtime": name, "what": what, "installed": have is not None,
-                         "versions": have.versions if have else {}, "disk_bytes": have.disk_bytes() if have else 0,
-                         "install": None if have else f"orch runtimes install {name}"})
-        elif name in BUILTIN:
-            rows.append({"runtime": name, "what": what, "installed": True, "versions": {}, "disk_bytes": 0,
-                         "install": BUILTIN[name]})
-        else:
-            rows.append({"runtime": name, "what": what, "installed": False, "versions": {}, "disk_bytes": 0,
-                         "install": "runs on Apple devices (or simulated)"})
+def list_cmd(
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per runtime")] = False,
+    fleet: FleetOpt = None,
+    host: HostOpt = None,
+) -> None:
+    """Every runtime a plan can name: installed or not, versions, disk used (here or on a fleet's hosts)."""
+    rows: list[dict[str, object]] = []
+    failed = asyncio.run(_on_hosts(_runners(fleet, host), lambda runner: _list_rows(runner, rows)))
     if as_json:
         for r in rows:
             out.print(json.dumps(r), markup=False, highlight=False, soft_wrap=True)
-        return
+        raise typer.Exit(1 if failed else 0)
     table = Table(title="Runtimes")
-    for col in ("runtime", "installed", "versions", "disk", "how"):
+    for col in ("host", "runtime", "installed", "versions", "disk", "how"):
         table.add_column(col)
     for r in rows:
         versions = ", ".join(f"{k} {v}" for k, v in dict(r["versions"]).items())  # type: ignore[call-overload]
         disk = _size(int(str(r["disk_bytes"]))) if r["disk_bytes"] else "-"
-        table.add_row(str(r["runtime"]), "yes" if r["installed"] else "no", versions or "-", disk,
-                      str(r["install"] or r["what"]))
+        table.add_row(str(r["host"]), str(r["runtime"]), "yes" if r["installed"] else "no", versions or "-", disk,
+                      str(r.get("install") or r["what"]))
     out.print(table)
+    raise typer.Exit(1 if failed else 0)
 
 
 @runtimes_app.command("prepare")
-def prepare_cmd(plan: Annotated[Path, typer.Argument(help="Plan file")]) -> None:
-    """Make every arm's model artifact on this machine before a run (conversions cached by content),
-    so no trial's launch waits behind a conversion."""
-    import asyncio
-
+def prepare_cmd(
+    plan: Annotated[Path, typer.Argument(help="Plan file")],
+    fleet: FleetOpt = None,
+    host: HostOpt = None,
+) -> None:
+    """Make every arm's model artifact before a run, here or on a fleet's hosts (conversions cached
+    by content), so no trial's launch waits behind a conversion."""
     from orchestrator.config.loader import ConfigError, load_plan
     from orchestrator.runtimes.prepare import prepare_plan
 
@@ -121,11 +192,15 @@ def prepare_cmd(plan: Annotated[Path, typer.Argument(help="Plan file")]) -> None
         cfg = load_plan(plan)
     except ConfigError as exc:
         _bad_input(str(exc))
-    failed = False
-    for arm, outcome in asyncio.run(prepare_plan(cfg)):
-        failed |= outcome.startswith("failed")
-        out.print(f"{arm}: {outcome}", markup=False, highlight=False)
-    raise typer.Exit(1 if failed else 0)
+
+    async def each(runner: Runner) -> bool:
+        ok = True
+        for arm, outcome in await prepare_plan(cfg, runner):
+            ok &= not outcome.startswith("failed")
+            out.print(f"{arm}: {outcome}", markup=False, highlight=False)
+        return ok
+
+    raise typer.Exit(1 if asyncio.run(_on_hosts(_runners(fleet, host), each)) else 0)
 
 
 @runtimes_app.command("gate")

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 from pathlib import Path
 
 import pytest
 import typer
+from sshd import Sshd, free_port
 from typer.testing import CliRunner
 
 from orchestrator.cli_runtimes import register
@@ -16,7 +18,7 @@ from orchestrator.config import HostDeviceConfig
 from orchestrator.devices.host import HostDevice
 from orchestrator.devices.runners import LocalRunner
 from orchestrator.protocol import TrialSpec
-from orchestrator.runtimes import envs
+from orchestrator.runtimes import RUNTIMES, envs
 from orchestrator.runtimes.envs import InstallError, install, installed
 
 PIP_LINES = """Using pip 23.2.1 from /x/venv/lib/python3.11/site-packages/pip (python 3.11)
@@ -45,10 +47,12 @@ def app() -> typer.Typer:
 
 def test_pip_output_becomes_monotonic_progress() -> None:
     seen: list[tuple[str, float]] = []
-    envs._steps(iter(PIP_LINES.splitlines(True)), lambda what, frac: seen.append((what, frac)), tail := [])
+    pip = envs.PipProgress(lambda what, frac: seen.append((what, frac)))
+    for line in PIP_LINES.splitlines(True):
+        pip(line)
     assert seen[0] == ("resolving llama-cpp-python==0.3.36", 0.05)
     assert ("compiling", pytest.approx(0.1 + 0.8 * 96 / 193)) in seen
-    assert seen[-1] == ("installing", 0.92) and tail[-1] == "Successfully installed llama-cpp-python-0.3.36"
+    assert seen[-1] == ("installing", 0.92) and pip.tail(1) == "Successfully installed llama-cpp-python-0.3.36"
 
 
 def test_installed_needs_the_stamp_and_the_interpreter(tmp_path: Path) -> None:
@@ -59,9 +63,10 @@ def test_installed_needs_the_stamp_and_the_interpreter(tmp_path: Path) -> None:
     assert installed("llamacpp", tmp_path) is None, "an interrupted install has no stamp"
     (d / "installed.json").write_text(json.dumps({"versions": {"llama-cpp-python": "0.3.36"}, "seconds": 400.0}))
     got = installed("llamacpp", tmp_path)
-    assert got is not None and got.versions == {"llama-cpp-python": "0.3.36"} and got.disk_bytes() > 0
+    assert got is not None and got.versions == {"llama-cpp-python": "0.3.36"} and got.seconds == 400.0
+    assert asyncio.run(envs.disk_used(LocalRunner(), got.path)) > 0
     with pytest.raises(InstallError, match="installable"):
-        install("nope", root=tmp_path)
+        asyncio.run(install(LocalRunner(), "nope"))
 
 
 @pytest.mark.parametrize("runtime", ["llamacpp", "ort-genai", "mlx"])
@@ -104,3 +109,70 @@ def test_cli_prepare_names_what_is_missing(tmp_path: Path, monkeypatch: pytest.M
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: p\n")
     assert CliRunner().invoke(app(), ["runtimes", "prepare", str(bad)]).exit_code == 2
+
+
+# pip itself: "Requirement already satisfied", so no index is needed; --no-index makes a missing package fail offline.
+TINY = envs.EnvSpec("tiny", ("pip",), "import json, pip; print(json.dumps({'pip': pip.__version__}))", "seconds")
+BROKEN = envs.EnvSpec("broken", ("--no-index", "orch-no-such-package"), "import sys", "seconds")
+
+
+def test_install_on_an_ssh_host_through_the_cli(sshd: Sshd, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`orch runtimes install --fleet F --host H` makes the environment in the SSH host's cache folder,
+    stamps it only once it imports, skips it the second time; a failed install leaves no stamp."""
+    monkeypatch.setenv("ORCH_CACHE", str(tmp_path / "here"))
+    for spec in (TINY, BROKEN):
+        monkeypatch.setitem(envs.ENVS, spec.name, spec)
+        monkeypatch.setitem(RUNTIMES, spec.name, "a test environment")
+
+    remote = tmp_path / "there"
+    fleet = tmp_path / "fleet.yaml"
+    host = sshd.host(python=sys.executable, cache=str(remote)).model_dump()
+    fleet.write_text(json.dumps({"name": "lab", "hosts": [host], "devices": [  # JSON is YAML
+        {"id": "cpu", "kind": "host", "host": "loop"}]}))
+    res = CliRunner().invoke(app(), ["runtimes", "install", "tiny", "--fleet", str(fleet)])
+    assert res.exit_code == 0, res.output
+    assert "tiny on loop: installed in" in res.output
+    stamp = json.loads((remote / "runtimes" / "tiny" / "installed.json").read_text())
+    assert stamp["versions"]["pip"] and "Requirement already satisfied: pip" in (
+        remote / "runtimes" / "tiny" / "install.log").read_text()
+    assert not (tmp_path / "here" / "runtimes" / "tiny").exists(), "installed there, not here"
+    res = CliRunner().invoke(app(), ["runtimes", "install", "tiny", "--fleet", str(fleet), "--host", "loop"])
+    assert res.exit_code == 0 and "tiny on loop: installed (pip " in res.output, res.output
+    res = CliRunner().invoke(app(), ["runtimes", "list", "--json", "--fleet", str(fleet)])
+    rows = {r["runtime"]: r for r in map(json.loads, res.output.splitlines())}
+    assert rows["tiny"]["host"] == "loop" and rows["tiny"]["installed"] is True and rows["tiny"]["disk_bytes"] > 1e6
+    assert rows["broken"]["install"] == "orch runtimes install broken --fleet F --host loop"
+    res = CliRunner().invoke(app(), ["runtimes", "install", "broken", "--fleet", str(fleet)])
+    assert res.exit_code == 1 and "pip install failed for broken on loop (exit 1)" in res.output, res.output
+    assert "orch-no-such-package" in res.output, "the tail of pip's output says why"
+    assert not (remote / "runtimes" / "broken" / "installed.json").exists()
+    plan = tmp_path / "plan.yaml"
+    plan.write_text("name: p\nmodel: ~/m/model-Q8_0.gguf\narms:\n  - {name: ref, runtime: numpy}\n"
+                    "  - {name: ort, runtime: ort-genai}\n")
+    res = CliRunner().invoke(app(), ["runtimes", "prepare", str(plan), "--fleet", str(fleet)])
+    assert res.exit_code == 1 and "ref: numpy: nothing to convert" in res.output
+    assert "ort: failed: ort-genai is not installed on loop: run `orch runtimes install ort-genai --fleet F --host " \
+           "loop`" in res.output, res.output
+    res = CliRunner().invoke(app(), ["runtimes", "install", "tiny", "--fleet", str(fleet), "--host", "moon"])
+    assert res.exit_code == 2 and "no host moon (hosts: local, loop)" in res.output
+    res = CliRunner().invoke(app(), ["runtimes", "install", "tiny", "--host", "loop"])
+    assert res.exit_code == 2 and "needs --fleet FILE" in res.output
+
+
+def test_install_here_makes_and_stamps_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ORCH_CACHE", str(tmp_path))
+    monkeypatch.setitem(envs.ENVS, "tiny", TINY)
+    seen: list[str] = []
+    got = asyncio.run(install(LocalRunner(), "tiny", lambda what, frac: seen.append(what)))
+    assert got.path == str(tmp_path / "runtimes" / "tiny") and installed("tiny") == got
+    assert seen[0] == "creating the environment" and seen[-2:] == ["checking", "done"]
+
+
+def test_an_unreachable_host_fails_the_command_and_says_so(tmp_path: Path) -> None:
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(json.dumps({"name": "lab", "devices": [{"id": "cpu", "kind": "host", "host": "gone"}], "hosts": [
+        {"id": "gone", "kind": "ssh", "address": "127.0.0.1", "port": free_port(), "user": "x",
+         "connect_timeout_s": 2}]}))
+    res = CliRunner().invoke(app(), ["runtimes", "list", "--fleet", str(fleet)])
+    assert res.exit_code == 1 and "gone (x@127.0.0.1" in res.output and "cannot connect" in res.output, res.output
+    assert "rawloop-cpu" not in res.output, "no rows for a host that could not be asked"

@@ -30,6 +30,8 @@ class SshHost(Strict):
     connect_timeout_s: float = Field(default=10.0, gt=0)
     keepalive_s: float = Field(default=15.0, ge=0)
     orch_command: str = Field(default="orch", description="How to start orch on this host (for `orch agent`)")
+    python: str = Field(default="python3", description="Interpreter that runtime environments are made with")
+    cache: str = Field(default="~/.cache/orch", description="Cache folder on this host: runtimes, converted models")
 
 
 Host = Annotated[LocalHost | SshHost, Field(discriminator="kind")]

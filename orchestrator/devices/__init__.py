@@ -32,8 +32,19 @@ __all__ = [
     "Telemetry",
     "TrialFailure",
     "open_device",
+    "open_runner",
     "result_or_failure",
 ]
+
+
+def _ssh_host(fleet: Fleet, host: str) -> SshHost | None:
+    return next((h for h in fleet.hosts if h.id == host and isinstance(h, SshHost)), None)
+
+
+def open_runner(fleet: Fleet, host: str) -> Runner:
+    """The runner for one of the fleet's hosts: `local`, or an SSH host by id."""
+    ssh = _ssh_host(fleet, host)
+    return SshRunner(ssh) if ssh is not None else LocalRunner()
 
 
 def open_device(fleet: Fleet, device_id: str, *, stream: int = 0) -> tuple[Device, Clock]:
@@ -48,8 +59,8 @@ def open_device(fleet: Fleet, device_id: str, *, stream: int = 0) -> tuple[Devic
 
         clock = VirtualClock()
         return SimDevice(cfg, clock, stream=stream), clock
-    ssh = next((h for h in fleet.hosts if h.id == cfg.host and isinstance(h, SshHost)), None)
-    runner: Runner = SshRunner(ssh) if ssh is not None else LocalRunner()
+    ssh = _ssh_host(fleet, cfg.host)
+    runner = open_runner(fleet, cfg.host)
     if (isinstance(cfg, HostDeviceConfig) and cfg.via == "agent") or (ssh is not None and cfg.kind == "iphone"):
         from orchestrator.devices.agent import AgentDevice
 

@@ -13,6 +13,7 @@ import contextlib
 import os
 import shutil
 import signal
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -82,6 +83,8 @@ class Runner(abc.ABC):
     """Run commands and move files on one host."""
 
     name: str
+    python: str = "python3"  # the host's interpreter, for runtime environments
+    cache: str = "~/.cache/orch"  # the host's cache folder (runtimes, converted models)
 
     @abc.abstractmethod
     async def run(
@@ -112,6 +115,7 @@ class Runner(abc.ABC):
 
 class LocalRunner(Runner):
     name = "local"
+    python = sys.executable
 
     async def run(
         self, argv: Sequence[str], *, timeout: float, cwd: str | None = None, on_line: LineSink | None = None

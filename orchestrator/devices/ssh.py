@@ -67,6 +67,7 @@ class SshRunner(Runner):
     def __init__(self, cfg: SshHost):
         self.cfg = cfg
         self.name = cfg.id
+        self.python, self.cache = cfg.python, cfg.cache
         self._client: paramiko.SSHClient | None = None
         self._home: str | None = None
         self._sftp_client: paramiko.SFTPClient | None = None

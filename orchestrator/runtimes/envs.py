@@ -1,6 +1,7 @@
 """Isolated environments: each competitor runtime installs into its own virtual environment under
 the cache folder (``$ORCH_CACHE/runtimes/<name>`` or ``~/.cache/orch/runtimes/<name>``), so heavy
-or conflicting dependencies never enter the controller's environment.
+or conflicting dependencies never enter the controller's environment. The same install runs on a
+lab host over its runner (an SSH host's `cache` folder, made with its `python`).
 
 An environment counts as installed once its stamp (``installed.json``: packages, versions, how
 long the install took) is written, which happens only after every package installed and the
@@ -13,10 +14,9 @@ import json
 import os
 import re
 import shutil
-import subprocess
-import sys
+import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -59,6 +59,14 @@ ENVS: dict[str, EnvSpec] = {
         "import mlx.core; " + _VERSIONS % (["mlx", "mlx-lm"],),
         "wheels: ~30 s (the CPU backend on Linux)",
     ),
+    # LiteRT-LM's engine (litert-lm-api) runs the .litertlm file; litert-torch converts the HF weights
+    # to it (and needs tensorflow-cpu without declaring it); torch pinned to the local CPU wheel.
+    "litert-lm": EnvSpec(
+        "litert-lm", ("litert-lm==0.18.1", "litert-lm-api==0.18.1", "litert-lm-builder==0.18.1", "litert-torch==0.10.0",
+                      "ai-edge-litert", "tensorflow-cpu", "torch==2.13.0"),
+        "import litert_lm; " + _VERSIONS % (["litert-lm-api", "litert-torch", "ai-edge-litert", "torch"],),
+        "wheels: ~2 min, ~3.7 GB (tensorflow-cpu for the converter)",
+    ),
 }
 
 
@@ -71,11 +79,21 @@ def env_dir(name: str, root: Path | None = None) -> Path:
     return (root or cache_root()) / "runtimes" / name
 
 
-async def host_env_python(runner: Runner, name: str) -> str:
-    """The environment's interpreter as the host sees it (the host's own cache folder)."""
+async def host_cache(runner: Runner) -> str:
+    """Where a host keeps orch's caches (runtimes, converted models), as that host sees it: this
+    machine's `cache_root()`, or an SSH host's `cache` folder."""
     if isinstance(runner, LocalRunner):
-        return str(env_dir(name) / "venv" / "bin" / "python")
-    return (await runner.expand("~/.cache/orch")) + f"/runtimes/{name}/venv/bin/python"
+        return str(cache_root())
+    return await runner.expand(runner.cache)
+
+
+async def host_env_dir(runner: Runner, name: str) -> str:
+    return f"{await host_cache(runner)}/runtimes/{name}"
+
+
+async def host_env_python(runner: Runner, name: str) -> str:
+    """The environment's interpreter on the host."""
+    return f"{await host_env_dir(runner, name)}/venv/bin/python"
 
 
 @dataclass(frozen=True)
@@ -83,19 +101,40 @@ class Installed:
     name: str
     versions: dict[str, str]
     seconds: float | None
-    path: Path
+    path: str  # the environment's folder on its host
 
-    def disk_bytes(self) -> int:
-        return sum(f.stat().st_size for f in self.path.rglob("*") if f.is_file() and not f.is_symlink())
+
+def _stamp(name: str, data: dict[str, object], path: str) -> Installed:
+    versions = data.get("versions", {})
+    seconds = data.get("seconds")
+    return Installed(name, dict(versions) if isinstance(versions, dict) else {},
+                     float(seconds) if isinstance(seconds, int | float) else None, path)
 
 
 def installed(name: str, root: Path | None = None) -> Installed | None:
+    """The environment on this machine, when its install finished (its stamp is written)."""
     d = env_dir(name, root)
     stamp = d / "installed.json"
     if not stamp.is_file() or not (d / "venv" / "bin" / "python").exists():
         return None
-    data = json.loads(stamp.read_text())
-    return Installed(name, dict(data.get("versions", {})), data.get("seconds"), d)
+    return _stamp(name, json.loads(stamp.read_text()), str(d))
+
+
+async def installed_on(runner: Runner, name: str) -> Installed | None:
+    """The environment on the runner's host, when its install finished."""
+    from orchestrator.runtimes.source import read_json
+
+    d = await host_env_dir(runner, name)
+    if not await runner.exists(f"{d}/venv/bin/python"):
+        return None
+    data = await read_json(runner, f"{d}/installed.json")
+    return _stamp(name, data, d) if data is not None else None
+
+
+async def disk_used(runner: Runner, path: str) -> int:
+    """Bytes under `path` on the runner's host (`du -sk`: Linux and macOS)."""
+    res = await runner.run(["du", "-sk", path], timeout=120)
+    return int(res.stdout.split()[0]) * 1024 if res.ok and res.stdout.strip() else 0
 
 
 class InstallError(Exception):
@@ -107,68 +146,76 @@ class InstallError(Exception):
 Progress = Callable[[str, float], None]  # (what is happening, fraction done 0..1)
 
 _COLLECT = re.compile(r"^(Collecting|Requirement already satisfied:) (\S+)")
+INSTALL_TIMEOUT_S = 3600.0
 
 
-def _steps(lines: Iterator[str], progress: Progress, tail: list[str]) -> None:
-    """Turn pip's output into progress: collecting, building (llama.cpp's [n/N] steps), installing."""
-    for line in lines:
-        line = line.rstrip()
-        tail.append(line)
-        del tail[:-40]
+class PipProgress:
+    """Turn pip's output lines into progress (collecting, building: llama.cpp's [n/N] steps,
+    installing) and keep the log and its tail."""
+
+    def __init__(self, progress: Progress):
+        self.progress = progress
+        self.log: list[str] = []
+
+    def __call__(self, line: str) -> None:
+        line = line.rstrip("\n")
+        self.log.append(line)
         if m := _COLLECT.match(line):
-            progress(f"resolving {m.group(2)}", 0.05)
+            self.progress(f"resolving {m.group(2)}", 0.05)
         elif m := re.search(r"\[(\d+)/(\d+)\]", line):
-            progress("compiling", 0.1 + 0.8 * int(m.group(1)) / int(m.group(2)))
+            self.progress("compiling", 0.1 + 0.8 * int(m.group(1)) / int(m.group(2)))
         elif line.startswith("Building wheel"):
-            progress("building wheel", 0.1)
+            self.progress("building wheel", 0.1)
         elif line.startswith("Installing collected packages"):
-            progress("installing", 0.92)
+            self.progress("installing", 0.92)
+
+    def tail(self, lines: int = 15) -> str:
+        return "\n".join(self.log[-lines:])
 
 
-def install(name: str, progress: Progress = lambda what, frac: None, root: Path | None = None,
-            python: str | None = None) -> Installed:
-    """Create the environment and install its packages; idempotent (pip skips what is there)."""
+async def _write(runner: Runner, text: str, path: str) -> None:
+    """A small text file on the host, written whole (put is atomic on both runners)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        local = Path(tmp) / "f"
+        local.write_text(text)
+        await runner.put(local, path)
+
+
+async def install(runner: Runner, name: str, progress: Progress = lambda what, frac: None) -> Installed:
+    """Create the environment on the runner's host and install its packages; idempotent (pip skips
+    what is there). The stamp is written last, after the runtime imported."""
     if name not in ENVS:
         raise InstallError(f"no environment for {name!r}; installable: {', '.join(ENVS)}")
     spec = ENVS[name]
-    d = env_dir(name, root)
-    d.mkdir(parents=True, exist_ok=True)
-    (d / "installed.json").unlink(missing_ok=True)
-    venv_python = d / "venv" / "bin" / "python"
+    d = await host_env_dir(runner, name)
+    venv_python = f"{d}/venv/bin/python"
     t0 = time.monotonic()
-    tail: list[str] = []
-    if not venv_python.exists():
+    res = await runner.run(["sh", "-c", 'mkdir -p "$0" && rm -f "$0/installed.json"', d], timeout=60)
+    if not res.ok:
+        raise InstallError(f"could not create {d} on {runner.name}", res.stderr)
+    if not await runner.exists(venv_python):
         progress("creating the environment", 0.01)
-        res = subprocess.run([python or sys.executable, "-m", "venv", str(d / "venv")],
-                             capture_output=True, text=True, check=False)
-        if res.returncode != 0:
-            raise InstallError(f"could not create {d / 'venv'}", res.stderr)
-    argv = [str(venv_python), "-m", "pip", "install", "--progress-bar", "off", "-v", *spec.packages]
-    with (d / "install.log").open("w") as log, subprocess.Popen(
-        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, **spec.build_env},
-    ) as proc:
-        assert proc.stdout is not None
-
-        def lines() -> Iterator[str]:
-            assert proc.stdout is not None
-            for line in proc.stdout:
-                log.write(line)
-                yield line
-
-        _steps(lines(), progress, tail)
-        code = proc.wait()
-    if code != 0:
-        raise InstallError(f"pip install failed for {name} (exit {code}); log: {d / 'install.log'}",
-                           "\n".join(tail[-15:]))
+        res = await runner.run([runner.python, "-m", "venv", f"{d}/venv"], timeout=600)
+        if not res.ok:
+            raise InstallError(f"could not create {d}/venv on {runner.name} with {runner.python}", res.stderr)
+    pip = PipProgress(progress)
+    env = [f"{k}={v}" for k, v in spec.build_env.items()]
+    argv = ["env", *env, venv_python, "-m", "pip", "install", "--progress-bar", "off", "-v", *spec.packages]
+    # stderr joins stdout so the log and the progress see pip's errors where they happened.
+    res = await runner.run(["sh", "-c", 'exec "$@" 2>&1', "sh", *argv], timeout=INSTALL_TIMEOUT_S, on_line=pip)
+    await _write(runner, "\n".join(pip.log) + "\n", f"{d}/install.log")
+    if not res.ok:
+        how = "timed out" if res.timed_out else f"exit {res.returncode}"
+        raise InstallError(f"pip install failed for {name} on {runner.name} ({how}); log: {d}/install.log",
+                           pip.tail())
     progress("checking", 0.97)
-    res = subprocess.run([str(venv_python), "-c", spec.probe], capture_output=True, text=True, check=False)
-    if res.returncode != 0:
-        raise InstallError(f"{name} installed but does not import", res.stderr[-2000:])
+    res = await runner.run([venv_python, "-c", spec.probe], timeout=600)
+    if not res.ok:
+        raise InstallError(f"{name} installed on {runner.name} but does not import", res.stderr[-2000:])
     versions = json.loads(res.stdout.strip().splitlines()[-1])
     seconds = round(time.monotonic() - t0, 1)
-    tmp = d / "installed.json.tmp"
-    tmp.write_text(json.dumps({"packages": list(spec.packages), "versions": versions, "seconds": seconds}, indent=2))
-    os.replace(tmp, d / "installed.json")
+    await _write(runner, json.dumps({"packages": list(spec.packages), "versions": versions, "seconds": seconds},
+                                    indent=2), f"{d}/installed.json")
     progress("done", 1.0)
     return Installed(name, versions, seconds, d)
 
@@ -177,5 +224,5 @@ def uninstall(name: str, root: Path | None = None) -> None:
     shutil.rmtree(env_dir(name, root), ignore_errors=True)
 
 
-__all__ = ["ENVS", "EnvSpec", "InstallError", "Installed", "cache_root", "env_dir", "host_env_python", "install",
-           "installed", "uninstall"]
+__all__ = ["ENVS", "EnvSpec", "InstallError", "Installed", "PipProgress", "cache_root", "disk_used", "env_dir",
+           "host_cache", "host_env_dir", "host_env_python", "install", "installed", "installed_on", "uninstall"]

@@ -12,10 +12,10 @@ from __future__ import annotations
 import hashlib
 import posixpath
 
-from orchestrator.devices.runners import LocalRunner, RunnerError
+from orchestrator.devices.runners import RunnerError
 from orchestrator.protocol import TrialSpec
 from orchestrator.runtimes.base import RuntimeContext, register
-from orchestrator.runtimes.envs import cache_root, host_env_python, installed
+from orchestrator.runtimes.envs import host_cache, host_env_python, installed_on
 from orchestrator.runtimes.process import DRIVERS, ERROR, Artifact, ArtifactError, DriverAdapter, tail
 from orchestrator.runtimes.source import (
     ORT_PRECISION,
@@ -27,10 +27,6 @@ from orchestrator.runtimes.source import (
 )
 
 CONVERT_TIMEOUT_S = 1800.0
-
-
-async def host_cache(ctx: RuntimeContext) -> str:
-    return str(cache_root()) if isinstance(ctx.runner, LocalRunner) else await ctx.runner.expand("~/.cache/orch")
 
 
 class OrtGenAI(DriverAdapter):
@@ -48,10 +44,10 @@ class OrtGenAI(DriverAdapter):
             digest = await source_digest(ctx.runner, spec.model)
         except ValueError as exc:
             raise ArtifactError(f"ort-genai converts from the HF files beside the GGUF: {exc}") from None
-        env = installed(self.name) if isinstance(ctx.runner, LocalRunner) else None
+        env = await installed_on(ctx.runner, self.name)
         builder = (env.versions.get("onnxruntime-genai", "0") if env else "0").replace("+", "_")
         script = hashlib.sha256((DRIVERS / "ortgenai_convert.py").read_bytes()).hexdigest()[:8]
-        out = f"{await host_cache(ctx)}/artifacts/ort-genai/{digest[:16]}-{precision}-{builder}-{script}"
+        out = f"{await host_cache(ctx.runner)}/artifacts/ort-genai/{digest[:16]}-{precision}-{builder}-{script}"
         klass = {"fp32": "F32", "int8": "Q8_0", "int4": "Q4_0"}.get(precision, precision)
         if not await ctx.runner.exists(posixpath.join(out, "genai_config.json")):
             await self._convert(ctx, source_dir(spec.model), out, precision)

@@ -1,46 +1,48 @@
-"""Make a plan's model artifacts ahead of its run, on this machine: each arm's runtime converts the
+"""Make a plan's model artifacts ahead of its run, on this machine or a fleet's hosts: each arm's runtime converts the
 source model to what it loads (cached by content hash), so no trial waits behind a conversion
 and the settle gate is not fooled by a conversion's heat."""
 
 from __future__ import annotations
 
-import os
-import tempfile
 import time
 
 from orchestrator.config.plan import Plan
-from orchestrator.devices.runners import LocalRunner
+from orchestrator.devices.runners import LocalRunner, Runner
 from orchestrator.protocol import TrialSpec
 from orchestrator.runtimes.base import RuntimeContext, adapter_for
-from orchestrator.runtimes.envs import installed
+from orchestrator.runtimes.envs import host_cache, installed_on
 from orchestrator.runtimes.process import ArtifactError, DriverAdapter
 
 
-async def prepare_plan(plan: Plan) -> list[tuple[str, str]]:
-    """(arm, what happened) for every arm: made, ready, not installed, failed, or nothing to make."""
+async def prepare_plan(plan: Plan, runner: Runner | None = None) -> list[tuple[str, str]]:
+    """(arm, what happened) for every arm: made, ready, not installed, failed, or nothing to make.
+    On this machine, or on the runner's host (where the plan's model path is read as that host sees it)."""
+    runner = runner or LocalRunner()
+    where = "" if isinstance(runner, LocalRunner) else f" on {runner.name}"
     out: list[tuple[str, str]] = []
-    with tempfile.TemporaryDirectory() as work:
-        ctx = RuntimeContext(LocalRunner(), work, "local")
-        for arm in plan.arms:
-            adapter = adapter_for(arm.runtime)
-            if not isinstance(adapter, DriverAdapter):
-                out.append((arm.name, f"{arm.runtime}: nothing to convert"))
-                continue
-            if installed(arm.runtime) is None:
-                out.append((arm.name, f"failed: {arm.runtime} is not installed: run `orch runtimes install "
-                                      f"{arm.runtime}`"))
-                continue
-            spec = TrialSpec(run_id="prepare", trial_id=arm.name, engine=arm.runtime,
-                             model=os.path.expanduser(plan.model), prompt_tokens=plan.trial.prompt_tokens,
-                             decode_tokens=plan.trial.decode_tokens, tuning=dict(arm.engine))
-            t0 = time.monotonic()
-            try:
-                art = await adapter.artifact(ctx, spec)
-            except ArtifactError as exc:
-                out.append((arm.name, f"failed: {exc}" + (f"\n{exc.detail}" if exc.detail else "")))
-                continue
-            took = time.monotonic() - t0
-            out.append((arm.name, f"{arm.runtime} {art.quant_class} ready ({took:.0f} s): {art.path}"))
+    ctx = RuntimeContext(runner, f"{await host_cache(runner)}/work", runner.name)
+    model = await runner.expand(plan.model)
+    for arm in plan.arms:
+        adapter = adapter_for(arm.runtime)
+        if not isinstance(adapter, DriverAdapter):
+            out.append((arm.name, f"{arm.runtime}: nothing to convert"))
+            continue
+        if await installed_on(runner, arm.runtime) is None:
+            fleet = "" if isinstance(runner, LocalRunner) else f" --fleet F --host {runner.name}"
+            out.append((arm.name, f"failed: {arm.runtime} is not installed{where}: run `orch runtimes install "
+                                  f"{arm.runtime}{fleet}`"))
+            continue
+        spec = TrialSpec(run_id="prepare", trial_id=arm.name, engine=arm.runtime, model=model,
+                         prompt_tokens=plan.trial.prompt_tokens, decode_tokens=plan.trial.decode_tokens,
+                         tuning=dict(arm.engine))
+        t0 = time.monotonic()
+        try:
+            art = await adapter.artifact(ctx, spec)
+        except ArtifactError as exc:
+            out.append((arm.name, f"failed: {exc}" + (f"\n{exc.detail}" if exc.detail else "")))
+            continue
+        took = time.monotonic() - t0
+        out.append((arm.name, f"{arm.runtime} {art.quant_class} ready{where} ({took:.0f} s): {art.path}"))
     return out
 
 
