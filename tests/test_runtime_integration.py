@@ -1,6 +1,6 @@
 """Real competitor runtimes on this host, where installed (`orch runtimes install llamacpp
 ort-genai`; CI installs them): one interleaved orch run against the numpy reference, token gates,
-and ORT-GenAI's cached, atomic conversion."""
+and ORT-GenAI's and LiteRT-LM's cached, atomic conversions."""
 
 from __future__ import annotations
 
@@ -18,11 +18,13 @@ from orchestrator.protocol import TrialSpec
 from orchestrator.results import load_trials
 from orchestrator.runtimes.base import RuntimeContext
 from orchestrator.runtimes.envs import installed
+from orchestrator.runtimes.litert_lm import ADAPTER as LITERT
 from orchestrator.runtimes.ort_genai import ADAPTER as ORT
 
 needs_llamacpp = pytest.mark.skipif(installed("llamacpp") is None, reason="llama.cpp not installed")
 needs_ort = pytest.mark.skipif(installed("ort-genai") is None, reason="ORT-GenAI not installed")
 needs_mlx = pytest.mark.skipif(installed("mlx") is None, reason="MLX not installed")
+needs_litert = pytest.mark.skipif(installed("litert-lm") is None, reason="LiteRT-LM not installed")
 pytestmark = pytest.mark.runtime
 
 
@@ -128,3 +130,50 @@ def test_llamacpp_trial_with_a_cold_page_cache_and_a_missing_model(t1: Path, tmp
     missing = asyncio.run(device.run_trial(spec.model_copy(update={"model": str(tmp_path / "model-Q8_0.gguf")}), 60))
     assert not isinstance(missing, TrialResult) and missing.kind == "launch_failed"
     assert "model not found" in missing.message and "orch model make" in (missing.detail or "")
+
+
+@needs_litert
+def test_litert_lm_decodes_like_the_reference_and_caches_its_conversion(t1: Path, tmp_path: Path) -> None:
+    from orchestrator.analysis.tokengate import TIE, gate
+    from orchestrator.config import HostDeviceConfig
+    from orchestrator.devices.host import HostDevice
+    from orchestrator.protocol import TrialResult
+    from orchestrator.runtimes.prompt import prompt_ids
+    from orchestrator.runtimes.reference import Weights, greedy, score
+
+    device = HostDevice(HostDeviceConfig(id="here", kind="host", workdir=str(tmp_path)), LocalRunner())
+    spec = TrialSpec(run_id="r", trial_id="t", engine="litert-lm", model=str(t1 / "model-F32.gguf"), prompt_tokens=16,
+                     decode_tokens=24, seed=4, threads=1, warm_repetitions=1,
+                     clear_caches=["page_cache", "xnnpack_cache"])
+    # F32 is the same weights in fp32: bit-exact; dynamic int8 is LiteRT's own quantizer: at worst near-ties.
+    for fmt, tie, allowed in (("F32", TIE["same-weights"], {"bit-exact"}),
+                              ("Q8_0", TIE["other-quantizer"], {"bit-exact", "quality-class"})):
+        model = str(t1 / f"model-{fmt}.gguf")
+        result = asyncio.run(device.run_trial(spec.model_copy(update={"model": model}), 600))
+        assert isinstance(result, TrialResult), result
+        assert result.engine_version.startswith("litert-lm-api") and result.threads == 1
+        assert result.cold_caches == ["page_cache", "xnnpack_cache"] and result.bytes_per_decode_token
+        w = Weights(model)
+        prompt = prompt_ids(4, 16, w.shape.vocab)
+        assert result.trial1 is not None and all(g.token_ids == result.trial1.token_ids for g in result.warm)
+        verdict = gate(result.trial1.token_ids, greedy(w, prompt, 24).token_ids,
+                       lambda t, w=w, prompt=prompt: score(w, prompt, list(t)), tie)
+        assert verdict.overall in allowed, (fmt, verdict)
+
+    ctx = RuntimeContext(LocalRunner(), str(tmp_path), "here")
+    art = asyncio.run(LITERT.artifact(ctx, spec))
+    model_file = Path(art.path) / "model.litertlm"
+    assert art.quant_class == "F32" and "-none-" in Path(art.path).name and model_file.is_file()
+    stamp = model_file.stat().st_mtime_ns
+    again = asyncio.run(LITERT.artifact(ctx, spec))
+    assert again.path == art.path and model_file.stat().st_mtime_ns == stamp, "not reconverted"
+    assert not [p for p in Path(art.path).parent.iterdir() if ".tmp-" in p.name], "no half-written conversions left"
+
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "config.json").write_text((t1 / "config.json").read_text())
+    (broken / "model.safetensors").write_bytes(b"not safetensors")
+    bad = spec.model_copy(update={"model": str(broken / "model-Q8_0.gguf")})
+    failure = asyncio.run(LITERT.run_trial(ctx, bad, 600))
+    assert failure.kind == "launch_failed" and "conversion to dynamic_int8 failed" in failure.message  # type: ignore[union-attr]
+    assert not [p for p in Path(art.path).parent.iterdir() if ".tmp-" in p.name]

@@ -27,7 +27,7 @@ def fixture(runtime: str, case: str) -> tuple[dict[str, object], CommandResult]:
 
 
 def test_every_adapter_with_a_driver_has_fixtures_for_success_and_failures() -> None:
-    for runtime in ("llamacpp", "ort-genai", "mlx"):
+    for runtime in ("llamacpp", "ort-genai", "mlx", "litert-lm"):
         cases = {p.stem for p in (FIXTURES / runtime).glob("*.json")}
         assert {"ok", "ok_warm", "missing_model", "truncated_model", "prompt_out_of_range", "killed"} <= cases
 
@@ -41,7 +41,7 @@ def test_successes_parse_into_timed_generations(path: Path) -> None:
     job = d["job"]
     assert isinstance(job, dict)
     assert len(out.generations) == 1 + int(job["warm"])
-    assert out.version.split()[0] in ("llama-cpp-python", "onnxruntime-genai", "mlx")
+    assert out.version.split()[0] in ("llama-cpp-python", "onnxruntime-genai", "mlx", "litert-lm-api")
     for g in out.generations:
         assert len(g.token_ids) == job["decode_tokens"]
         assert g.decode_tok_s() > 0 and g.prefill_ns > 0 and g.ttft_ns == g.prefill_ns
@@ -49,7 +49,7 @@ def test_successes_parse_into_timed_generations(path: Path) -> None:
     assert all(g.token_ids == out.generations[0].token_ids for g in out.generations)
 
 
-@pytest.mark.parametrize("runtime", ["llamacpp", "ort-genai", "mlx"])
+@pytest.mark.parametrize("runtime", ["llamacpp", "ort-genai", "mlx", "litert-lm"])
 def test_a_success_becomes_a_trial_result_with_the_spec_ids(runtime: str) -> None:
     _d, res = fixture(runtime, "ok")
     out = parse_output(res)
@@ -63,7 +63,7 @@ def test_a_success_becomes_a_trial_result_with_the_spec_ids(runtime: str) -> Non
     assert isinstance(wrong, TrialFailure) and wrong.kind == "bad_output"
 
 
-@pytest.mark.parametrize("runtime", ["llamacpp", "ort-genai", "mlx"])
+@pytest.mark.parametrize("runtime", ["llamacpp", "ort-genai", "mlx", "litert-lm"])
 def test_a_missing_model_is_a_launch_failure(runtime: str) -> None:
     _, res = fixture(runtime, "missing_model")
     out = parse_output(res)
@@ -83,6 +83,10 @@ def test_a_truncated_model_says_what_the_runtime_said() -> None:
     _, res = fixture("mlx", "truncated_model")
     out = parse_output(res)
     assert isinstance(out, TrialFailure) and out.kind == "crashed" and "[load_safetensors]" in out.message
+    _, res = fixture("litert-lm", "truncated_model")  # the engine refuses it; the C++ log names the missing section
+    out = parse_output(res)
+    assert isinstance(out, TrialFailure) and out.kind == "harness_error" and out.message.startswith("bad_model:")
+    assert out.detail is not None and "tf_lite_prefill_decode not found" in out.detail
 
 
 def test_an_out_of_range_prompt_is_typed() -> None:
@@ -95,9 +99,23 @@ def test_an_out_of_range_prompt_is_typed() -> None:
     _, res = fixture("mlx", "prompt_out_of_range")  # MLX's gather does not check: a segfault
     out = parse_output(res)
     assert isinstance(out, TrialFailure) and out.kind == "crashed" and "signal 11" in out.message
+    # LiteRT-LM would read an unknown word as <unk>: the driver checks the engine's own tokenization.
+    _, res = fixture("litert-lm", "prompt_out_of_range")
+    out = parse_output(res)
+    assert isinstance(out, TrialFailure) and out.kind == "harness_error" and out.message.startswith("bad_spec:")
+    assert "prompt id 999" in out.message
 
 
-@pytest.mark.parametrize("runtime", ["llamacpp", "ort-genai", "mlx"])
+def test_litert_says_which_cache_was_cold_and_times_every_token_apart() -> None:
+    ok = parse_output(fixture("litert-lm", "ok")[1])  # captured with clear_caches: [xnnpack_cache]
+    warm = parse_output(fixture("litert-lm", "ok_warm")[1])
+    assert isinstance(ok, DriverOutput) and isinstance(warm, DriverOutput)
+    assert ok.info["xnnpack_cache"] == "cold" and warm.info["xnnpack_cache"] == "warm"
+    for g in [*ok.generations, *warm.generations]:  # the stream's one-token lag undone: no two tokens share a stamp
+        assert all(b > a for a, b in zip(g.token_times_ns, g.token_times_ns[1:], strict=False))
+
+
+@pytest.mark.parametrize("runtime", ["llamacpp", "ort-genai", "mlx", "litert-lm"])
 def test_a_crash_by_signal_is_crashed_with_the_tail(runtime: str) -> None:
     _, res = fixture(runtime, "killed")
     out = parse_output(res)

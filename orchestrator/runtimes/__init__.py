@@ -17,6 +17,6 @@ RUNTIMES: dict[str, str] = {
     "numpy": "the numpy reference decoder (correctness oracle)",
 }
 
-from orchestrator.runtimes import llamacpp, mlx, numpy_ref, ort_genai  # noqa: E402  (registers the adapters)
+from orchestrator.runtimes import litert_lm, llamacpp, mlx, numpy_ref, ort_genai  # noqa: E402  (registers the adapters)
 
-__all__ = ["RUNTIMES", "llamacpp", "mlx", "numpy_ref", "ort_genai"]
+__all__ = ["RUNTIMES", "litert_lm", "llamacpp", "mlx", "numpy_ref", "ort_genai"]

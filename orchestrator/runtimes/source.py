@@ -23,6 +23,8 @@ _FORMAT = re.compile(r"model-([A-Za-z0-9_]+)\.gguf$")
 CLASSES = ("F32", "Q8_0", "Q4_0")
 ORT_PRECISION = {"F32": "fp32", "Q8_0": "int8", "Q4_0": "int4"}
 MLX_BITS = {"F32": None, "Q8_0": 8, "Q4_0": 4}
+# litert-torch quantization recipes: dynamic-range int8 / int4 (blocks of 32, like Q4_0), or none (fp32).
+LITERT_QUANT = {"F32": "none", "Q8_0": "dynamic_int8", "Q4_0": "dynamic_int4_block32"}
 
 
 def quant_class(model: str) -> str:
@@ -84,5 +86,5 @@ async def source_digest(runner: Runner, model: str) -> str:
     return res.stdout.split()[0]
 
 
-__all__ = ["CLASSES", "MLX_BITS", "ORT_PRECISION", "gguf_bytes_per_token", "quant_class", "read_json", "source_digest",
-           "source_dir", "vocab_size"]
+__all__ = ["CLASSES", "LITERT_QUANT", "MLX_BITS", "ORT_PRECISION", "gguf_bytes_per_token", "quant_class", "read_json",
+           "source_digest", "source_dir", "vocab_size"]
