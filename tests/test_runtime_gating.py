@@ -30,6 +30,9 @@ def test_reference_follows_the_arms_class(t1: Path) -> None:
     assert reference_model(Arm(name="a", runtime="llamacpp", engine={"gguf": "Q4_0"}), q8) == (
         str(t1 / "model-Q4_0.gguf"), "Q4_0")
     assert reference_model(Arm(name="a", runtime="ort-genai", engine={"precision": "int4"}), q8)[1] == "Q4_0"
+    litert_int4 = Arm(name="a", runtime="litert-lm", engine={"quantize": "dynamic_int4_block32"})
+    assert reference_model(litert_int4, q8)[1] == "Q4_0", "each converting runtime's own option"
+    assert reference_model(Arm(name="a", runtime="litert-lm", engine={"precision": "int4"}), q8)[1] == "Q8_0"
     assert reference_model(Arm(name="a", runtime="llamacpp", engine={"gguf": "Q2_K"}), q8) == (q8, "Q8_0")
 
 

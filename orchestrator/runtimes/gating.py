@@ -20,17 +20,27 @@ from orchestrator.analysis.tokengate import TIE, Gate, GateVerdict, gate
 from orchestrator.config.plan import Arm
 from orchestrator.results.records import Manifest, Record, TrialRecord
 from orchestrator.results.store import RunDir, write_atomic
-from orchestrator.runtimes.source import ORT_PRECISION, quant_class
+from orchestrator.runtimes.base import adapter_for
+from orchestrator.runtimes.converted import ConvertingAdapter
+from orchestrator.runtimes.source import quant_class
 
 OWN_QUANTIZER = ("ort-genai", "mlx", "litert-lm")  # convert from the HF weights with their own quantizers
-_PRECISION_CLASS = {v: k for k, v in ORT_PRECISION.items()}
 ORDER: tuple[GateVerdict, ...] = ("bit-exact", "quality-class", "mismatch")
+
+
+def requested_class(arm: Arm) -> str | None:
+    """The class an arm asks for over the plan model's: `gguf: Q4_0`, or a converting runtime's
+    recipe option (`precision: int4`, `quantize: dynamic_int4_block32`)."""
+    adapter = adapter_for(arm.runtime)
+    if isinstance(adapter, ConvertingAdapter):
+        return adapter.requested_class(arm.engine)
+    return str(arm.engine["gguf"]) if arm.engine.get("gguf") else None
 
 
 def reference_model(arm: Arm, plan_model: str) -> tuple[str, str]:
     """(GGUF path, class) the arm's tokens are gated against."""
     model = os.path.expanduser(plan_model)
-    want = arm.engine.get("gguf") or _PRECISION_CLASS.get(str(arm.engine.get("precision", "")))
+    want = requested_class(arm)
     if want and want != quant_class(model):
         sibling = Path(model).with_name(f"model-{want}.gguf")
         if sibling.is_file():
@@ -106,8 +116,7 @@ def run_gates(manifest: Manifest, records: list[Record], gater: Gater | None = N
         if not Path(model).is_file():
             row["error"] = f"no reference model at {model}"
             continue
-        runtime_class = str(arm.engine.get("gguf") or _PRECISION_CLASS.get(str(arm.engine.get("precision", "")))
-                            or quant_class(model))
+        runtime_class = requested_class(arm) or quant_class(model)
         tie = tolerance(arm.runtime, runtime_class, ref_class)
         ref = gater.reference(model, plan.seed, plan.trial.prompt_tokens, plan.trial.decode_tokens, 1)
         tokens = list(r.result.trial1.token_ids)
