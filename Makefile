@@ -25,11 +25,14 @@ DEMO_RESULTS := results
 
 demo: demo-host demo-sim
 
+# LiteRT-LM joins the demo where it is installed (orch runtimes install litert-lm: ~3.7 GB).
+DEMO_PLAN = configs/plans/$(if $(wildcard $(or $(ORCH_CACHE),$(HOME)/.cache/orch)/runtimes/litert-lm/installed.json),demo-host-litert,demo-host).yaml
+
 demo-host: $(STAMP) runtimes
 	@test -f $(M110) || $(BIN)/orch model make --size m110
-	$(BIN)/orch validate configs/demo-fleet.yaml configs/plans/demo-host.yaml
-	$(RUNTIMES_CLI) prepare configs/plans/demo-host.yaml
-	$(BIN)/orch run --fleet configs/demo-fleet.yaml --plan configs/plans/demo-host.yaml --results $(DEMO_RESULTS)
+	$(BIN)/orch validate configs/demo-fleet.yaml $(DEMO_PLAN)
+	$(RUNTIMES_CLI) prepare $(DEMO_PLAN)
+	$(BIN)/orch run --fleet configs/demo-fleet.yaml --plan $(DEMO_PLAN) --results $(DEMO_RESULTS)
 	@run=$$(ls -d $(DEMO_RESULTS)/*-demo-host-* | sort | tail -1); $(BIN)/orch audit $$run
 
 demo-sim: $(STAMP)
