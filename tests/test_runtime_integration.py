@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from sshd import Sshd
 from test_run import invoke, only_run, write_inputs
 
 from orchestrator.config import Fleet, Plan
@@ -17,7 +18,7 @@ from orchestrator.models.maker import make_model
 from orchestrator.protocol import TrialSpec
 from orchestrator.results import load_trials
 from orchestrator.runtimes.base import RuntimeContext
-from orchestrator.runtimes.envs import installed
+from orchestrator.runtimes.envs import cache_root, installed
 from orchestrator.runtimes.litert_lm import ADAPTER as LITERT
 from orchestrator.runtimes.ort_genai import ADAPTER as ORT
 
@@ -62,6 +63,33 @@ def test_one_interleaved_run_of_three_runtimes_with_token_gates(t1: Path, tmp_pa
     assert set(gates["decode"]) <= {"bit-exact", "quality-class"}, gates
     assert set(gates["prefill"]) <= {"bit-exact", "quality-class"}, gates
     assert (gates["distinct_sequences"] == 1).all(), "greedy decode is deterministic in every runtime"
+
+
+@needs_llamacpp
+@needs_ort
+def test_competitors_on_an_ssh_host(sshd: Sshd, harness: Path, t1: Path, tmp_path: Path) -> None:
+    """llama.cpp and ORT-GenAI trials on a host reached over SSH (loopback): the environments are found
+    in the host's cache folder (here: this machine's, where they are installed), the drivers are pushed
+    over SFTP, ORT's conversion is made there, and the run gates the tokens as for a local host."""
+    fleet = Fleet.model_validate({"name": "lab", "hosts": [sshd.host(cache=str(cache_root())).model_dump()],
+                                  "devices": [{"id": "there", "kind": "host", "host": "loop", "harness": str(harness),
+                                               "workdir": str(tmp_path / "w")}]})
+    plan = Plan.model_validate({
+        "name": "remote-competitors", "model": str(t1 / "model-Q8_0.gguf"), "blocks": 6,
+        "arms": [{"name": "llama", "runtime": "llamacpp", "threads": 1},
+                 {"name": "ort", "runtime": "ort-genai", "threads": 1}],
+        "trial": {"prompt_tokens": 16, "decode_tokens": 16, "timeout_s": 300},
+        "settle": {"min_gap_s": 0, "flat_window_s": 0, "poll_s": 1, "timeout_s": 60},
+    })
+    f, p = write_inputs(tmp_path, fleet, plan)
+    code, out = invoke("run", "--fleet", str(f), "--plan", str(p), "--results", str(tmp_path / "r"))
+    assert code == 0, out
+    run = only_run(tmp_path / "r")
+    trials = load_trials(run.path)
+    assert len(trials) == 24 and (trials["status"] == "ok").all(), trials[["arm", "failure_message"]]
+    assert list((tmp_path / "w" / "runtimes" / "drivers").glob("*_driver-*.py")), "drivers pushed to the host"
+    gates = pd.read_csv(run.gates_path)
+    assert set(gates["decode"]) <= {"bit-exact", "quality-class"}, gates
 
 
 @needs_ort
