@@ -163,6 +163,7 @@ class RunOutcome:
     trials: pd.DataFrame
     verdicts: pd.DataFrame
     gates: pd.DataFrame  # token gates of the real trials against the numpy reference (empty for sims)
+    details: dict[str, str]  # device -> why its session stopped, where it said
 
     @property
     def completed(self) -> bool:
@@ -206,8 +207,10 @@ def derive(run: RunDir, *, gates: bool = True) -> RunOutcome:
     trials.to_parquet(tmp, index=False)
     os.replace(tmp, run.trials_path)
     write_atomic(run.verdicts_path, table.to_csv(index=False).encode())
-    reasons = {d: s.reason for d, s in stops(records).items()}
+    ended = stops(records)
+    reasons = {d: s.reason for d, s in ended.items()}
     for s in manifest.sessions:
         reasons.setdefault(s.device, "interrupted")
     return RunOutcome(run=run, manifest=manifest, stops=reasons, trials=trials, verdicts=table,
+                      details={d: s.detail for d, s in ended.items() if s.detail},
                       gates=gates_of(run, records) if gates else pd.DataFrame())

@@ -21,7 +21,7 @@ from orchestrator.config.fleet import Fleet
 from orchestrator.config.loader import ConfigError, load_any, load_fleet
 from orchestrator.config.plan import Plan
 from orchestrator.report.console import LiveProgress, devices_table, gates_table, session_table, verdict_table
-from orchestrator.results.records import TrialRecord
+from orchestrator.results.records import EARLY_STOPS, TrialRecord
 from orchestrator.results.store import RunDir, RunNotFound, find_run
 from orchestrator.runtimes.gating import mismatched
 
@@ -86,6 +86,9 @@ def _execute(run_dir: RunDir) -> None:
 
 def _summary(outcome: core.RunOutcome) -> None:
     out.print(session_table(outcome.trials, dict(outcome.stops), outcome.manifest))
+    for device, reason in outcome.stops.items():
+        if reason not in ("completed", *EARLY_STOPS) and device in outcome.details:
+            err.print(f"{device}: {reason}: {outcome.details[device]}", markup=False, highlight=False)
     out.print(verdict_table(outcome.verdicts, outcome.manifest))
     files = "journal.jsonl, trials.parquet, verdicts.csv"
     if len(outcome.gates):

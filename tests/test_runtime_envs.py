@@ -82,6 +82,26 @@ def test_a_runtime_not_installed_names_the_install_command(
     assert f"orch runtimes install {runtime}" in failure.message  # type: ignore[union-attr]
 
 
+def test_a_run_whose_runtime_is_not_installed_stops_and_says_how_to_install_it(
+    harness: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from test_run import invoke, write_inputs
+
+    from orchestrator.config import Fleet, Plan
+
+    monkeypatch.setenv("ORCH_CACHE", str(tmp_path / "cache"))
+    fleet = Fleet.model_validate({"name": "here", "devices": [
+        {"id": "here", "kind": "host", "workdir": str(tmp_path / "w")}]})
+    plan = Plan.model_validate({"name": "p", "model": str(tmp_path / "model-Q8_0.gguf"), "blocks": 6, "probe": False,
+                                "arms": [{"name": "a", "runtime": "llamacpp"}, {"name": "b", "runtime": "mlx"}],
+                                "settle": {"min_gap_s": 0, "flat_window_s": 0, "poll_s": 1, "timeout_s": 30}})
+    f, p = write_inputs(tmp_path, fleet, plan)
+    code, out = invoke("run", "--fleet", str(f), "--plan", str(p), "--results", str(tmp_path / "r"))
+    assert code == 1, out
+    assert "here: too_many_failures:" in out and "trials in a row failed; last: launch_failed:" in out
+    assert "is not installed on here: run `orch runtimes install " in out, out
+
+
 def test_cli_list_install_and_gate_input(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ORCH_CACHE", str(tmp_path))
     res = CliRunner().invoke(app(), ["runtimes", "list", "--json"])

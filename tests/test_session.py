@@ -46,6 +46,7 @@ def test_a_raising_run_trial_becomes_a_typed_failure() -> None:
     assert "backend raised RuntimeError: backend bug" in bad[0].failure.message  # type: ignore[union-attr]
     stop = next(r for r in records if isinstance(r, SessionStopped) and r.device == "bad")
     assert stop.reason == "too_many_failures"
+    assert stop.detail.endswith("in a row failed; last: launch_failed: " + bad[-1].failure.message)  # type: ignore[union-attr]
 
 
 def test_raising_telemetry_reads_as_an_unavailable_device() -> None:

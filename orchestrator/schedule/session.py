@@ -89,7 +89,10 @@ class Session:
                 return outcome, f"before {trial.trial_id}"
             failures_in_row = failures_in_row + 1 if outcome.failure else 0
             if failures_in_row >= self.plan.retry.max_consecutive_failures:
-                return "too_many_failures", f"{failures_in_row} trials in a row failed; last: {outcome.failure}"
+                last = outcome.failure
+                assert last is not None
+                return "too_many_failures", f"{failures_in_row} trials in a row failed; last: {last.kind}: " \
+                                            f"{last.message}"
             if outcome.result is not None:
                 value = self.plan.decision.measure(outcome.result)
                 if value is not None:
