@@ -1,7 +1,8 @@
-"""`orch runtimes install | list | gate`: competitor runtimes in their own environments, and the
-token gate of a run. Parse, call, print.
+"""`orch runtimes install | list | prepare | uninstall | gate`: competitor runtimes in their own
+environments, here or on a fleet's hosts, and the token gate of a run. Parse, call, print.
 
-Exit codes: 0 ok, 1 an install failed (or a gate found a mismatch), 2 bad input.
+Exit codes: 0 ok, 1 an install, conversion or removal failed, a host was unreachable, or a gate found
+a mismatch; 2 bad input.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from orchestrator.devices.runners import LocalRunner, Runner, RunnerError
 from orchestrator.report.console import gates_table
 from orchestrator.results.store import RunDir, RunNotFound, find_run
 from orchestrator.runtimes import RUNTIMES
-from orchestrator.runtimes.envs import ENVS, InstallError, disk_used, install, installed_on
+from orchestrator.runtimes.envs import ENVS, InstallError, disk_used, install, installed_on, uninstall
 
 runtimes_app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
 out = Console(width=None if Console().is_terminal else 160)
@@ -131,6 +132,30 @@ def install_cmd(
     raise typer.Exit(1 if asyncio.run(_on_hosts(_runners(fleet, host), each)) else 0)
 
 
+@runtimes_app.command("uninstall")
+def uninstall_cmd(
+    names: Annotated[list[str], typer.Argument(help=f"Runtimes to remove: {', '.join(ENVS)}")],
+    fleet: FleetOpt = None,
+    host: HostOpt = None,
+) -> None:
+    """Remove runtimes' environments and their converted models, here or on a fleet's hosts."""
+    if bad := [n for n in names if n not in ENVS]:
+        _bad_input(f"cannot uninstall {', '.join(bad)}: installable runtimes are {', '.join(ENVS)}")
+
+    async def each(runner: Runner) -> bool:
+        for name in names:
+            try:
+                freed = await uninstall(runner, name)
+            except InstallError as exc:
+                err.print(f"{exc}\n{exc.tail}", markup=False, highlight=False)
+                return False
+            out.print(f"{_where(name, runner)}: removed ({_size(freed)} freed)" if freed else
+                      f"{_where(name, runner)}: not installed", highlight=False)
+        return True
+
+    raise typer.Exit(1 if asyncio.run(_on_hosts(_runners(fleet, host), each)) else 0)
+
+
 async def _list_rows(runner: Runner, rows: list[dict[str, object]]) -> bool:
     """The host's rows, added only once all are known (an unreachable host shows none)."""
     mine: list[dict[str, object]] = []
@@ -226,7 +251,8 @@ def gate_cmd(
 
 def register(app: typer.Typer) -> None:
     """Add `orch runtimes ...` to the main app."""
-    app.add_typer(runtimes_app, name="runtimes", help="Competitor runtimes: install, list, token gates.")
+    app.add_typer(runtimes_app, name="runtimes", help="Competitor runtimes: install, list, prepare, uninstall, "
+                  "token gates.")
 
 
 __all__ = ["register", "runtimes_app"]

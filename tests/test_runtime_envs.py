@@ -162,6 +162,14 @@ def test_install_on_an_ssh_host_through_the_cli(sshd: Sshd, tmp_path: Path, monk
     rows = {r["runtime"]: r for r in map(json.loads, res.output.splitlines())}
     assert rows["tiny"]["host"] == "loop" and rows["tiny"]["installed"] is True and rows["tiny"]["disk_bytes"] > 1e6
     assert rows["broken"]["install"] == "orch runtimes install broken --fleet F --host loop"
+    artifacts = remote / "artifacts" / "tiny"
+    artifacts.mkdir(parents=True)
+    (artifacts / "converted.bin").write_bytes(b"x" * 5000)
+    res = CliRunner().invoke(app(), ["runtimes", "uninstall", "tiny", "--fleet", str(fleet)])
+    assert res.exit_code == 0 and "tiny on loop: removed (" in res.output and "MB freed" in res.output, res.output
+    assert not (remote / "runtimes" / "tiny").exists() and not artifacts.exists(), "the env and its conversions"
+    res = CliRunner().invoke(app(), ["runtimes", "uninstall", "tiny", "--fleet", str(fleet)])
+    assert res.exit_code == 0 and "tiny on loop: not installed" in res.output
     res = CliRunner().invoke(app(), ["runtimes", "install", "broken", "--fleet", str(fleet)])
     assert res.exit_code == 1 and "pip install failed for broken on loop (exit 1)" in res.output, res.output
     assert "orch-no-such-package" in res.output, "the tail of pip's output says why"

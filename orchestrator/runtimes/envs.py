@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import tempfile
 import time
 from collections.abc import Callable
@@ -220,8 +219,15 @@ async def install(runner: Runner, name: str, progress: Progress = lambda what, f
     return Installed(name, versions, seconds, d)
 
 
-def uninstall(name: str, root: Path | None = None) -> None:
-    shutil.rmtree(env_dir(name, root), ignore_errors=True)
+async def uninstall(runner: Runner, name: str) -> int:
+    """Remove the runtime's environment and its converted models from the runner's host; the bytes freed."""
+    cache = await host_cache(runner)
+    paths = [await host_env_dir(runner, name), f"{cache}/artifacts/{name}"]
+    freed = sum([await disk_used(runner, p) for p in paths if await runner.exists(p)])
+    res = await runner.run(["rm", "-rf", *paths], timeout=600)
+    if not res.ok:
+        raise InstallError(f"could not remove {name} on {runner.name}", res.stderr)
+    return freed
 
 
 __all__ = ["ENVS", "EnvSpec", "InstallError", "Installed", "PipProgress", "cache_root", "disk_used", "env_dir",
