@@ -79,8 +79,28 @@ def _cross_check(fleet: Fleet, plan: Plan, fleet_path: Path, plan_path: Path) ->
             elif isinstance(dev, SimDeviceConfig) and arm.runtime not in dev.runtimes:
                 at(fleet_path, f"devices[{i}].runtimes",
                    f"no ground truth for runtime {arm.runtime!r} (plan arm {arm.name!r})", "devices", i, "runtimes")
+    for k, name in enumerate(plan.trial.clear_caches):
+        known = [clearable(arm.runtime) for arm in plan.arms]
+        if all(caches is not None and name not in caches for caches in known):
+            names = sorted({c for caches in known for c in caches or ()})
+            at(plan_path, f"trial.clear_caches[{k}]", f"no arm's runtime has a cache {name!r} to clear "
+               f"(they have: {', '.join(names) or 'none'})", "trial", "clear_caches", k)
     if problems:
         raise ConfigError(problems)
+
+
+def clearable(runtime: str) -> tuple[str, ...] | None:
+    """The caches a runtime can clear before a trial; None where orch cannot tell (engines in apps)."""
+    from orchestrator.devices.host import HARNESS_CACHES
+    from orchestrator.runtimes.base import adapter_for
+    from orchestrator.runtimes.process import DriverAdapter
+
+    if runtime.startswith("rawloop-"):
+        return HARNESS_CACHES
+    adapter = adapter_for(runtime)
+    if isinstance(adapter, DriverAdapter):
+        return ("page_cache", *adapter.cache_names)
+    return () if adapter is not None else None
 
 
 def host_runtimes() -> tuple[str, ...]:

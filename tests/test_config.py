@@ -146,6 +146,27 @@ def test_cross_file_problems_are_located(write: Callable[[str, str], Path]) -> N
     assert any(g.startswith(wanted) for g in got), got
 
 
+def test_a_cache_no_arm_can_clear_is_a_located_error(write: Callable[[str, str], Path]) -> None:
+    """clear_caches is one list for every arm; each runtime clears the names it has. A name none of
+    them has (a typo) would silently leave the cache warm: an error, with its line."""
+    fleet = write("fleet.yaml", "name: f\ndevices:\n  - {id: cpu, kind: host}\n")
+    plan = write("plan.yaml", """
+        name: p
+        model: m
+        arms:
+          - {name: a, runtime: llamacpp}
+          - {name: b, runtime: litert-lm}
+        trial:
+          clear_caches: [page_cache, xnnpack_cache, xnnpak_cache]
+    """)
+    with pytest.raises(ConfigError) as exc:
+        core.load_inputs(fleet, plan)
+    assert problems(exc) == [f"{plan}:7: trial.clear_caches[2]: no arm's runtime has a cache 'xnnpak_cache' to clear "
+                             "(they have: page_cache, xnnpack_cache)"]
+    plan.write_text(plan.read_text().replace(", xnnpak_cache", "").replace("llamacpp", "rawloop-cpu"))
+    assert core.load_inputs(fleet, plan)[1].trial.clear_caches == ["page_cache", "xnnpack_cache"]
+
+
 def test_run_with_bad_input_exits_2_and_writes_nothing(write: Callable[[str, str], Path], tmp_path: Path) -> None:
     fleet = write("fleet.yaml", GOOD_FLEET.replace("chip_class: A19 Pro", "chip_class: A19 Pro\n        wat: 1"))
     results = tmp_path / "results"

@@ -29,6 +29,7 @@ from orchestrator.runtimes.base import RuntimeContext, adapter_for
 
 REPO_HARNESS = Path(__file__).resolve().parents[2] / "ios_harness"
 HARNESS_ENGINES = ("rawloop-cpu",)
+HARNESS_CACHES = ("page_cache", "compiled_kernels")  # what the harness's raw loops can clear (clearableCaches)
 BUILD_TIMEOUT_S = 1800.0
 PROBE_TIMEOUT_S = 600.0
 DONE = re.compile(r"^HARNESS_DONE (\S+) (.+)$")
