@@ -13,6 +13,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import pandas as pd
 from conftest import SIM_AB, SIM_LAB, fleet_of, plan_with, sim_device
 from pydantic import BaseModel
 from typer.testing import CliRunner
@@ -243,3 +244,25 @@ def test_show_prints_token_gates_beside_the_verdicts(tmp_path: Path) -> None:
     for name in ("report.md", "report.html"):
         text = (tmp_path / "rep" / name).read_text()
         assert "Against the numpy reference decoder" in text and "quality-class" in text
+
+
+def test_three_arms_are_decided_as_one_family_per_device(tmp_path: Path) -> None:
+    """Three arms on a simulated phone (ground truth: the metal raw loop 20% faster than the other two):
+    the three pairs' p-values are Holm-adjusted together, and the run says so above the table."""
+    device = sim_device("a", runtimes={"rawloop-metal": {"decode_tok_s": 60.0}, "coreai": {"decode_tok_s": 50.0},
+                                       "rawloop-cpu": {"decode_tok_s": 50.0}})
+    plan = plan_with(order="williams", blocks=12, arms=[
+        {"name": "engine", "runtime": "coreai"}, {"name": "cpu", "runtime": "rawloop-cpu"},
+        {"name": "metal", "runtime": "rawloop-metal"}])
+    f, p = write_inputs(tmp_path, fleet_of(device), plan)
+    code, out = invoke("run", "--fleet", str(f), "--plan", str(p), "--results", str(tmp_path / "r"))
+    assert code == 0, out
+    assert "for each device's 3 pairs together: p is Holm-adjusted, MDE at alpha/3" in out
+    v = load_verdicts(only_run(tmp_path / "r")).set_index("candidate")
+    assert (v["family"] == 3).all() and (v["p_adjusted"] >= v["p_value"]).all()
+    assert v.loc["metal", "verdict"].tolist() == ["faster", "faster"], v[["baseline", "verdict", "p_adjusted"]]
+    assert v.loc["metal", "reason"].iloc[0].startswith("Holm p over 3 pairs=")
+
+
+def load_verdicts(run: RunDir) -> pd.DataFrame:
+    return pd.read_csv(run.verdicts_path)

@@ -31,6 +31,10 @@ All statistics are on log tok/s of trial1. For one pair of arms (baseline, candi
 * Verdict: ``faster``/``slower`` if ``p < alpha`` and ``|ratio - 1| >= min_effect`` (direction from
   the ratio); else ``equivalent`` if the 90% CI lies inside ``[1 - margin, 1 + margin]``; else
   ``inconclusive``.
+* More than two arms (``rule.multiplicity == "holm"``): a device's pairs are one family of ``m``
+  tests, and ``p`` above is Holm's step-down adjusted p (``in_family``), so the chance of any false
+  ``faster``/``slower`` in the family stays <= alpha; the MDE is then stated at Holm's strictest
+  level, ``alpha / m``.
 
 Everything is seeded by ``seed`` (``np.random.default_rng``) and deterministic. Swapping the two
 arms uses the same random draws, so it negates the statistic exactly and keeps the p-value.
@@ -39,7 +43,7 @@ arms uses the same random draws, so it negates the statistic exactly and keeps t
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from statistics import NormalDist
 from typing import Literal
 
@@ -102,7 +106,7 @@ class Comparison:
     ci_high: float
     ci90_low: float  # 90% CI of the ratio (the equivalence test)
     ci90_high: float
-    p_value: float  # two-sided within-block permutation p
+    p_value: float  # two-sided within-block permutation p (this pair alone)
     p_one_sided_slower: float  # one-sided p that the candidate is slower
     sigma: float  # residual SD of log y ~ block + arm (launch-to-launch SD of log tok/s)
     mde: float  # minimum detectable effect (log units ~ fraction) at rule.power, two-sided alpha
@@ -112,6 +116,9 @@ class Comparison:
     rule_digest: str
     n_blocks: int  # paired blocks used
     n_dropped: int  # values dropped because their block lacks the other arm
+    p_adjusted: float = math.nan  # Holm-adjusted p within the device's family of pairs (the verdict's p)
+    family: int = 1  # pairs in that family
+    note: str = ""  # what the reason adds to the rule's words (dropped blocks)
 
 
 def mde(sigma: float, n_per_arm: float, alpha: float, power: float, *, two_sided: bool = True) -> float:
@@ -149,13 +156,14 @@ def _pair(baseline: ArmSample, candidate: ArmSample) -> tuple[rs.Paired, int, in
 
 
 def _verdict(
-    p: float, ratio: float, ci90: tuple[float, float], alpha: float, rule: DecisionRule
+    p: float, ratio: float, ci90: tuple[float, float], alpha: float, rule: DecisionRule, family: int = 1
 ) -> tuple[Verdict, str]:
     eff = ratio - 1
     margin = rule.equivalence_margin
     big = abs(eff) >= rule.min_effect
     sig = p < alpha
-    p_txt = f"p={p:.4f} {'<' if sig else '>='} {alpha:g}"
+    name = f"Holm p over {family} pairs" if family > 1 else "p"
+    p_txt = f"{name}={p:.4f} {'<' if sig else '>='} {alpha:g}"
     eff_txt = f"|{eff:+.1%}| {'>=' if big else '<'} {rule.min_effect:.1%}"
     if sig and big:
         verdict: Verdict = "faster" if eff > 0 else "slower"
@@ -205,8 +213,7 @@ def compare(
     ratio = math.exp(d)
     ci90 = (math.exp(lo90), math.exp(hi90))
     verdict, reason = _verdict(p, ratio, ci90, a, rule)
-    if dropped_blocks:
-        reason += f" ({dropped_blocks} block(s) lacking an arm dropped: {dropped_values} value(s))"
+    note = f" ({dropped_blocks} block(s) lacking an arm dropped: {dropped_values} value(s))" if dropped_blocks else ""
     n_b, n_c = paired.n_base, paired.n_cand
     sigma = rs.residual_sd(paired)
     return Comparison(
@@ -227,8 +234,36 @@ def compare(
         mde=mde(sigma, 2 / (1 / n_b + 1 / n_c), a, rule.power),
         alpha=a,
         verdict=verdict,
-        reason=reason,
+        reason=reason + note,
+        note=note,
         rule_digest=rule.digest(),
         n_blocks=paired.n_blocks,
         n_dropped=dropped_values,
+        p_adjusted=p,
     )
+
+
+def holm(p_values: list[float]) -> list[float]:
+    """Holm's step-down adjusted p-values: calling each test whose adjusted p < alpha keeps the
+    chance of any false call among them <= alpha, whatever their dependence."""
+    m, running = len(p_values), 0.0
+    adjusted = [math.nan] * m
+    for rank, i in enumerate(sorted(range(m), key=lambda k: p_values[k])):
+        running = max(running, min(1.0, (m - rank) * p_values[i]))
+        adjusted[i] = running
+    return adjusted
+
+
+def in_family(comparisons: list[Comparison], rule: DecisionRule) -> list[Comparison]:
+    """One device's pairs decided as a family (the rule's multiplicity): Holm-adjusted p for the
+    verdict, the MDE at alpha / m. One pair, or multiplicity none: unchanged."""
+    m = len(comparisons)
+    if m < 2 or rule.multiplicity == "none":
+        return comparisons
+    out = []
+    for c, p_adj in zip(comparisons, holm([c.p_value for c in comparisons]), strict=True):
+        verdict, reason = _verdict(p_adj, c.ratio, (c.ci90_low, c.ci90_high), c.alpha, rule, family=m)
+        n = 2 / (1 / c.n_baseline + 1 / c.n_candidate)
+        out.append(replace(c, p_adjusted=p_adj, family=m, verdict=verdict, reason=reason + c.note,
+                           mde=mde(c.sigma, n, c.alpha / m, rule.power)))
+    return out

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import asdict
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from orchestrator.analysis.decision import ArmSample, InsufficientData, compare
+from orchestrator.analysis.decision import ArmSample, Comparison, InsufficientData, compare, in_family
 from orchestrator.config.plan import Plan
 
 VERDICT_COLUMNS = [
@@ -26,6 +27,8 @@ VERDICT_COLUMNS = [
     "ci90_low",
     "ci90_high",
     "p_value",
+    "p_adjusted",
+    "family",
     "p_one_sided_slower",
     "sigma",
     "mde",
@@ -46,14 +49,18 @@ def verdicts(trials: pd.DataFrame, plan: Plan, *, seed: int = 0) -> pd.DataFrame
     for device in sorted(trials["device"].unique()):
         mine = ok[ok["device"] == device]
         samples = {a: _sample(mine[mine["arm"] == a], a, col) for a in arms}
+        family: list[Comparison] = []
         for i, base in enumerate(arms):
             for cand in arms[i + 1 :]:
                 try:
-                    c = compare(samples[base], samples[cand], plan.decision, alpha=alpha, seed=seed)
+                    family.append(compare(samples[base], samples[cand], plan.decision, alpha=alpha, seed=seed))
                 except InsufficientData as exc:
                     rows.append(_empty(device, base, cand, str(exc), plan, alpha))
-                    continue
-                rows.append({k: v for k, v in asdict(c).items() if k in VERDICT_COLUMNS} | {"device": device})
+        # The pairs that could be compared are one family (Holm's step-down unless the rule says none).
+        for c in in_family(family, plan.decision):
+            rows.append({k: v for k, v in asdict(c).items() if k in VERDICT_COLUMNS} | {"device": device})
+    order = {(b, c): k for k, (b, c) in enumerate((b, c) for i, b in enumerate(arms) for c in arms[i + 1:])}
+    rows.sort(key=lambda r: (r["device"], order[(r["baseline"], r["candidate"])]))
     return pd.DataFrame(rows, columns=VERDICT_COLUMNS)
 
 
@@ -77,3 +84,17 @@ def _empty(device: str, base: str, cand: str, why: str, plan: Plan, alpha: float
         n_candidate=0,
     )
     return row
+
+
+def family_words(plan: Plan) -> str:
+    """How the p column is to be read when a device's pairs are one family."""
+    pairs = len(plan.arms) * (len(plan.arms) - 1) // 2
+    if pairs > 1 and plan.decision.multiplicity == "holm":
+        return f" for each device's {pairs} pairs together: p is Holm-adjusted, MDE at alpha/{pairs}"
+    return ""
+
+
+def verdict_p(row: Mapping[Any, Any]) -> Any:
+    """The p the verdict used: Holm-adjusted within the device's family, or the pair's own."""
+    adj = row.get("p_adjusted")
+    return row["p_value"] if adj is None or (isinstance(adj, float) and math.isnan(adj)) else adj

@@ -70,6 +70,9 @@ class DecisionRule(Strict):
     resamples: int = Field(default=2000, ge=200)
     power: float = Field(default=0.8, gt=0, lt=1, description="Power at which the MDE is stated")
     sequential: SequentialLooks | None = None
+    multiplicity: Literal["holm", "none"] = Field(
+        default="holm", description="More than two arms: each device's pairs are one family; holm = Holm's step-down "
+        "on their p-values (family-wise false positives <= alpha), none = each pair at alpha alone")
 
     def measure(self, result: TrialResult) -> float | None:
         """The trial's number this rule decides on: decode or prefill tok/s of trial1."""
