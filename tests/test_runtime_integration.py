@@ -17,6 +17,7 @@ from orchestrator.devices.runners import LocalRunner
 from orchestrator.models.maker import make_model
 from orchestrator.protocol import TrialSpec
 from orchestrator.results import load_trials
+from orchestrator.results.store import RunDir
 from orchestrator.runtimes.base import RuntimeContext
 from orchestrator.runtimes.envs import cache_root, installed
 from orchestrator.runtimes.litert_lm import ADAPTER as LITERT
@@ -36,24 +37,30 @@ def t1(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @needs_llamacpp
 @needs_ort
-def test_one_interleaved_run_of_three_runtimes_with_token_gates(t1: Path, tmp_path: Path) -> None:
-    fleet = Fleet.model_validate({"name": "here", "devices": [
-        {"id": "here", "kind": "host", "workdir": str(tmp_path / "w")}]})
+def run_arms(fleet: dict[str, object], model: Path, runtimes: dict[str, str], tmp_path: Path,
+             order: str = "abba") -> tuple[str, RunDir, pd.DataFrame]:
+    """`orch run` of one trial per arm per slot (6 blocks, 1 thread, 16-token prompt, 24 tokens); every
+    trial must succeed. (output, run, trials)"""
     plan = Plan.model_validate({
-        "name": "competitors", "model": str(t1 / "model-Q8_0.gguf"), "blocks": 6, "order": "williams",
-        "arms": [{"name": "ref", "runtime": "numpy", "threads": 1},
-                 {"name": "llama", "runtime": "llamacpp", "threads": 1},
-                 {"name": "ort", "runtime": "ort-genai", "threads": 1}],
+        "name": "competitors", "model": str(model), "blocks": 6, "order": order,
+        "arms": [{"name": arm, "runtime": runtime, "threads": 1} for arm, runtime in runtimes.items()],
         "trial": {"prompt_tokens": 16, "decode_tokens": 24, "timeout_s": 300},
         "settle": {"min_gap_s": 0, "flat_window_s": 0, "poll_s": 1, "timeout_s": 60},
     })
-    f, p = write_inputs(tmp_path, fleet, plan)
+    f, p = write_inputs(tmp_path, Fleet.model_validate(fleet), plan)
     code, out = invoke("run", "--fleet", str(f), "--plan", str(p), "--results", str(tmp_path / "r"))
     assert code == 0, out
     run = only_run(tmp_path / "r")
     trials = load_trials(run.path)
-    assert (trials["status"] == "ok").all(), trials[["arm", "failure_message"]]
-    assert len(trials) == 18 and (trials["decode_tok_s"] > 0).all()
+    assert (trials["status"] == "ok").all() and (trials["decode_tok_s"] > 0).all(), trials[["arm", "failure_message"]]
+    return out, run, trials
+
+
+def test_one_interleaved_run_of_three_runtimes_with_token_gates(t1: Path, tmp_path: Path) -> None:
+    here = {"name": "here", "devices": [{"id": "here", "kind": "host", "workdir": str(tmp_path / "w")}]}
+    out, run, trials = run_arms(here, t1 / "model-Q8_0.gguf", {"ref": "numpy", "llama": "llamacpp", "ort": "ort-genai"},
+                                tmp_path, order="williams")
+    assert len(trials) == 18
     versions = dict(zip(trials["arm"], trials["engine_version"], strict=False))
     assert versions["llama"].startswith("llama-cpp-python") and versions["ort"].startswith("onnxruntime-genai")
     assert out.index("Verdicts") < out.index("Token gates"), "the run gates its own tokens"
@@ -71,22 +78,11 @@ def test_competitors_on_an_ssh_host(sshd: Sshd, harness: Path, t1: Path, tmp_pat
     """llama.cpp and ORT-GenAI trials on a host reached over SSH (loopback): the environments are found
     in the host's cache folder (here: this machine's, where they are installed), the drivers are pushed
     over SFTP, ORT's conversion is made there, and the run gates the tokens as for a local host."""
-    fleet = Fleet.model_validate({"name": "lab", "hosts": [sshd.host(cache=str(cache_root())).model_dump()],
-                                  "devices": [{"id": "there", "kind": "host", "host": "loop", "harness": str(harness),
-                                               "workdir": str(tmp_path / "w")}]})
-    plan = Plan.model_validate({
-        "name": "remote-competitors", "model": str(t1 / "model-Q8_0.gguf"), "blocks": 6,
-        "arms": [{"name": "llama", "runtime": "llamacpp", "threads": 1},
-                 {"name": "ort", "runtime": "ort-genai", "threads": 1}],
-        "trial": {"prompt_tokens": 16, "decode_tokens": 16, "timeout_s": 300},
-        "settle": {"min_gap_s": 0, "flat_window_s": 0, "poll_s": 1, "timeout_s": 60},
-    })
-    f, p = write_inputs(tmp_path, fleet, plan)
-    code, out = invoke("run", "--fleet", str(f), "--plan", str(p), "--results", str(tmp_path / "r"))
-    assert code == 0, out
-    run = only_run(tmp_path / "r")
-    trials = load_trials(run.path)
-    assert len(trials) == 24 and (trials["status"] == "ok").all(), trials[["arm", "failure_message"]]
+    lab = {"name": "lab", "hosts": [sshd.host(cache=str(cache_root())).model_dump()],
+           "devices": [{"id": "there", "kind": "host", "host": "loop", "harness": str(harness),
+                        "workdir": str(tmp_path / "w")}]}
+    _, run, trials = run_arms(lab, t1 / "model-Q8_0.gguf", {"llama": "llamacpp", "ort": "ort-genai"}, tmp_path)
+    assert len(trials) == 24
     assert list((tmp_path / "w" / "runtimes" / "drivers").glob("*_driver-*.py")), "drivers pushed to the host"
     gates = pd.read_csv(run.gates_path)
     assert set(gates["decode"]) <= {"bit-exact", "quality-class"}, gates
