@@ -4,7 +4,8 @@ At look ``i`` (``rule.sequential.looks[i]`` launches per arm done) the pair is c
 ``alpha = alpha_per_look``. The action is, in this order:
 
 * ``decided``: ``p < alpha_per_look`` and ``|ratio - 1| >= min_effect`` (the comparison's verdict is
-  ``faster`` or ``slower``), also at the last look;
+  ``faster`` or ``slower``), also at the last look; with more than two arms p is Holm-adjusted over
+  the device's pairs (the rule's multiplicity), as in the final verdicts;
 * ``futile``: ``i < len(futility)`` and ``p > futility[i]``;
 * ``final``: the last look was reached without a decision (the comparison's verdict stands:
   ``equivalent`` or ``inconclusive``);
@@ -16,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from orchestrator.analysis.decision import ArmSample, Comparison, compare
+from orchestrator.analysis.decision import ArmSample, Comparison, compare, in_family
 from orchestrator.config.plan import DecisionRule, SequentialLooks
 
 LookAction = Literal["continue", "decided", "futile", "final"]
@@ -57,17 +58,28 @@ def look(
     baseline: ArmSample, candidate: ArmSample, rule: DecisionRule, look_index: int, *, seed: int = 0
 ) -> LookDecision:
     """Take look ``look_index`` on the data gathered so far (pass what both arms have at that look)."""
+    return look_family([(baseline, candidate)], rule, look_index, seed=seed)[0]
+
+
+def look_family(
+    pairs: list[tuple[ArmSample, ArmSample]], rule: DecisionRule, look_index: int, *, seed: int = 0
+) -> list[LookDecision]:
+    """Look ``look_index`` at a device's pairs together: ``decided`` by the family's verdicts (Holm at
+    ``alpha_per_look``, as the final table decides them), ``futile`` by each pair's own p."""
     seq = _looks(rule)
     if not 0 <= look_index < len(seq.looks):
         raise IndexError(f"look {look_index} out of range: the rule has {len(seq.looks)} looks")
-    comp = compare(baseline, candidate, rule, alpha=seq.alpha_per_look, seed=seed)
-    action: LookAction
-    if comp.verdict in ("faster", "slower"):
-        action = "decided"
-    elif look_index < len(seq.futility) and comp.p_value > seq.futility[look_index]:
-        action = "futile"
-    elif look_index == len(seq.looks) - 1:
-        action = "final"
-    else:
-        action = "continue"
-    return LookDecision(look_index, min(comp.n_baseline, comp.n_candidate), action, comp)
+    comps = in_family([compare(b, c, rule, alpha=seq.alpha_per_look, seed=seed) for b, c in pairs], rule)
+    out = []
+    for comp in comps:
+        action: LookAction
+        if comp.verdict in ("faster", "slower"):
+            action = "decided"
+        elif look_index < len(seq.futility) and comp.p_value > seq.futility[look_index]:
+            action = "futile"
+        elif look_index == len(seq.looks) - 1:
+            action = "final"
+        else:
+            action = "continue"
+        out.append(LookDecision(look_index, min(comp.n_baseline, comp.n_candidate), action, comp))
+    return out

@@ -11,7 +11,7 @@ import numpy as np
 from pydantic import BaseModel
 
 from orchestrator.analysis.decision import ArmSample
-from orchestrator.analysis.sequential import due_look, look
+from orchestrator.analysis.sequential import due_look, look_family
 from orchestrator.clock import Clock
 from orchestrator.config.plan import Plan
 from orchestrator.devices.base import Artifacts, Device, DeviceUnavailable, TrialFailure
@@ -177,13 +177,11 @@ class Session:
         if index is None or index < self.state.looks_done:
             return None
         samples = {a: _sample(a, self.state.values.get(a, [])) for a in arms}
-        pairs, actions = [], []
-        for i, base in enumerate(arms):
-            for cand in arms[i + 1:]:
-                d = look(samples[base], samples[cand], rule, index, seed=self.seed)
-                actions.append(d.action)
-                c = d.comparison
-                pairs.append(LookPair(baseline=base, candidate=cand, ratio=c.ratio, p_value=c.p_value, action=d.action))
+        family = [(samples[base], samples[cand]) for i, base in enumerate(arms) for cand in arms[i + 1:]]
+        decisions = look_family(family, rule, index, seed=self.seed)
+        actions = [d.action for d in decisions]
+        pairs = [LookPair(baseline=d.comparison.baseline, candidate=d.comparison.candidate, ratio=d.comparison.ratio,
+                          p_value=d.comparison.p_value, action=d.action) for d in decisions]
         self.state.looks_done = index + 1
         if "continue" in actions:
             action = "continue"
