@@ -16,8 +16,8 @@ $(STAMP): pyproject.toml
 
 # The demo: the harness's raw loop against llama.cpp and ONNX Runtime GenAI on this machine's CPU
 # (same locally made model, settled, fresh, interleaved; verdicts, token gates, audit), then the
-# simulated phone lab. The first run installs the runtimes (~6 min on 2 cores: llama.cpp builds
-# from source) and makes the model; later runs reuse both (~3 min).
+# simulated phone lab. The first run installs the runtimes (~4 min on 2 cores: llama.cpp builds
+# from source) and makes the model (8 min in all on a fresh machine); later runs reuse both (~3-4 min).
 RUNTIMES_CLI := $(BIN)/orch runtimes
 DEMO_RUNTIMES := llamacpp ort-genai
 M110 := $(HOME)/.cache/orch/models/llama-m110-s0/model-Q8_0.gguf
