@@ -10,7 +10,7 @@ import hashlib
 import json
 import os
 import platform
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
@@ -25,7 +25,7 @@ from orchestrator.config.sim import SimDeviceConfig
 from orchestrator.devices import open_device
 from orchestrator.devices.base import DeviceInfo, DeviceUnavailable, Health, Telemetry
 from orchestrator.results.journal import Journal
-from orchestrator.results.records import EARLY_STOPS, Manifest, RunFinished, RunStarted, StopReason
+from orchestrator.results.records import EARLY_STOPS, Manifest, Record, RunFinished, RunStarted, StopReason
 from orchestrator.results.store import RunDir, create_run, new_run_id, stops, trial_rows, write_atomic
 from orchestrator.runtimes import RUNTIMES
 from orchestrator.runtimes.gating import gates_of
@@ -187,8 +187,20 @@ class RunOutcome:
 
     @property
     def completed(self) -> bool:
-        """Every session ran its plan (or stopped where the sequential rule said stop)."""
-        return all(r in ("completed", *EARLY_STOPS) for r in self.stops.values())
+        return all_ran(self.stops)
+
+
+def all_ran(reasons: dict[str, StopReason]) -> bool:
+    """Every session ran its plan (or stopped where the sequential rule said stop)."""
+    return all(r in ("completed", *EARLY_STOPS) for r in reasons.values())
+
+
+def stop_reasons(manifest: Manifest, records: list[Record]) -> dict[str, StopReason]:
+    """Why each session ended; `interrupted` for one with no end in the journal."""
+    reasons = {d: s.reason for d, s in stops(records).items()}
+    for s in manifest.sessions:
+        reasons.setdefault(s.device, "interrupted")
+    return reasons
 
 
 def start_run(manifest: Manifest, results: Path) -> RunDir:
@@ -208,16 +220,14 @@ async def execute(run: RunDir, *, observe: Observer = lambda d, r: None) -> RunO
         await run_sessions(
             manifest, journal, lambda d: open_device(manifest.fleet, d, stream=stream), states, observe=observe
         )
-        outcome = derive(run, gates=False)
-        status = "completed" if outcome.completed else "incomplete"
+        status = "completed" if all_ran(stop_reasons(manifest, run.records())) else "incomplete"
         journal.append(RunFinished(status=status, wall=datetime.now(UTC).timestamp()))
     finally:
         journal.close()
-    # Gated after the journal's last record, so the table stays current for `orch show` and `orch report`.
-    return replace(outcome, gates=gates_of(run))
+    return derive(run)  # after the journal's last record, so every derived table is current
 
 
-def derive(run: RunDir, *, gates: bool = True) -> RunOutcome:
+def derive(run: RunDir) -> RunOutcome:
     """Rebuild the derived tables from the journal (the source of truth); the token gates are
     recomputed only when the journal has changed since they were written."""
     manifest, records = run.manifest(), run.records()
@@ -227,10 +237,6 @@ def derive(run: RunDir, *, gates: bool = True) -> RunOutcome:
     trials.to_parquet(tmp, index=False)
     os.replace(tmp, run.trials_path)
     write_atomic(run.verdicts_path, table.to_csv(index=False).encode())
-    ended = stops(records)
-    reasons = {d: s.reason for d, s in ended.items()}
-    for s in manifest.sessions:
-        reasons.setdefault(s.device, "interrupted")
-    return RunOutcome(run=run, manifest=manifest, stops=reasons, trials=trials, verdicts=table,
-                      details={d: s.detail for d, s in ended.items() if s.detail},
-                      gates=gates_of(run, records) if gates else pd.DataFrame())
+    return RunOutcome(run=run, manifest=manifest, stops=stop_reasons(manifest, records), trials=trials,
+                      verdicts=table, details={d: s.detail for d, s in stops(records).items() if s.detail},
+                      gates=gates_of(run, records))

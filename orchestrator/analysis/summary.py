@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from dataclasses import asdict
 from typing import Any
 
@@ -93,8 +92,3 @@ def family_words(plan: Plan) -> str:
         return f" for each device's {pairs} pairs together: p is Holm-adjusted, MDE at alpha/{pairs}"
     return ""
 
-
-def verdict_p(row: Mapping[Any, Any]) -> Any:
-    """The p the verdict used: Holm-adjusted within the device's family, or the pair's own."""
-    adj = row.get("p_adjusted")
-    return row["p_value"] if adj is None or (isinstance(adj, float) and math.isnan(adj)) else adj

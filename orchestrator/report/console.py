@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from orchestrator.analysis.summary import family_words, verdict_p
+from orchestrator.analysis.summary import family_words
 from orchestrator.results.records import Manifest, SessionStopped, TrialRecord
 
 VERDICT_STYLE = {"faster": "bold green", "slower": "bold red", "equivalent": "cyan", "inconclusive": "yellow"}
@@ -79,7 +79,7 @@ def verdict_table(verdicts: pd.DataFrame, manifest: Manifest) -> Table:
             str(row["device"]), str(chips.get(str(row["device"]), "")), f"{row['candidate']} vs {row['baseline']}",
             f"{_fmt(row['n_candidate'], '.0f')}/{_fmt(row['n_baseline'], '.0f')}",
             _fmt(row["median_baseline"], ".1f"), _fmt(row["median_candidate"], ".1f"), ci,
-            _fmt(verdict_p(row), ".4f"), _fmt(row["sigma"], ".1%"), _fmt(row["mde"], ".1%"),
+            _fmt(row["p_adjusted"], ".4f"), _fmt(row["sigma"], ".1%"), _fmt(row["mde"], ".1%"),
             f"[{VERDICT_STYLE.get(str(row['verdict']), '')}]{row['verdict']}[/]",
         )
     return table

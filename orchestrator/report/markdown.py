@@ -14,7 +14,7 @@ from typing import Any
 import pandas as pd
 
 from orchestrator.analysis.audit import RULE, audit, prefill_view
-from orchestrator.analysis.summary import family_words, verdict_p, verdicts
+from orchestrator.analysis.summary import family_words, verdicts
 from orchestrator.config.candidates import CeilingTable
 from orchestrator.report import plots
 from orchestrator.results.records import Manifest, TrialRecord
@@ -152,14 +152,14 @@ def headline(report: Report) -> list[str]:
     for r in report.verdicts.to_dict("records"):
         ratio = _f(r["ratio"], ".3f")
         out.append(f"**{r['device']}** ({report.chips.get(str(r['device']), '')}): {r['candidate']} vs "
-                   f"{r['baseline']}: **{r['verdict']}** (ratio {ratio}, p={_f(verdict_p(r), '.4f')})")
+                   f"{r['baseline']}: **{r['verdict']}** (ratio {ratio}, p={_f(r['p_adjusted'], '.4f')})")
     return out
 
 
 VERDICT_COLS = {
     "device": ("device", ""), "comparison": ("comparison", ""), "n": ("n (cand/base)", ""),
     "median_baseline": ("baseline tok/s", ".1f"), "median_candidate": ("candidate tok/s", ".1f"),
-    "ci": ("ratio [CI]", ""), "p": ("p", ".4f"), "sigma": ("σ", ".1%"), "mde": ("MDE", ".1%"),
+    "ci": ("ratio [CI]", ""), "p_adjusted": ("p", ".4f"), "sigma": ("σ", ".1%"), "mde": ("MDE", ".1%"),
     "verdict": ("verdict", ""),
 }
 
@@ -173,7 +173,6 @@ def verdict_frame(report: Report) -> pd.DataFrame:
         n=[f"{_f(c, '.0f')}/{_f(b, '.0f')}" for c, b in zip(v["n_candidate"], v["n_baseline"], strict=True)],
         ci=[f"{_f(r, '.3f')} [{_f(lo, '.3f')}, {_f(hi, '.3f')}]"
             for r, lo, hi in zip(v["ratio"], v["ci_low"], v["ci_high"], strict=True)],
-        p=[verdict_p(r) for r in v.to_dict("records")],
     )
 
 
