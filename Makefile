@@ -3,15 +3,18 @@ PY ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+PIP_VERSION := $(shell sed -n 's/^pip==//p' constraints.txt)
 SWIFT ?= $(shell command -v swift 2>/dev/null || echo /opt/swift/usr/bin/swift)
 HARNESS := ios_harness
 
-.PHONY: demo demo-host demo-sim runtimes test lint typecheck pytest swift sshd bench bench-runtimes clean
+.PHONY: demo demo-host demo-sim runtimes test lint typecheck pytest swift sshd bench bench-runtimes clean lock
 
-$(STAMP): pyproject.toml
+# constraints.txt pins every package the venv holds (pyproject.toml gives only ranges): every fresh
+# machine gets the same versions. Refresh it on purpose: make lock.
+$(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -m pip install --quiet --upgrade 'pip==$(PIP_VERSION)'
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[test]'
 	touch $(STAMP)
 
 # The demo: the harness's raw loop against llama.cpp and ONNX Runtime GenAI on this machine's CPU
@@ -75,6 +78,16 @@ bench: $(STAMP)
 
 bench-runtimes: $(STAMP) runtimes
 	$(BIN)/python bench/bench_runtimes.py
+
+# Re-resolve the newest versions pyproject.toml allows, in a scratch venv, and pin them.
+lock:
+	rm -rf .lock-venv && $(PY) -m venv .lock-venv
+	.lock-venv/bin/python -m pip install --quiet --upgrade pip
+	.lock-venv/bin/python -m pip install --quiet -e '.[test]'
+	( echo '# Every package make installs into .venv, pinned (make lock refreshes it from pyproject.toml ranges).'; \
+	  ( .lock-venv/bin/python -m pip freeze --exclude-editable | grep -v '^-e'; \
+	    echo "pip==$$(.lock-venv/bin/python -m pip --version | cut -d' ' -f2)" ) | sort -f ) > constraints.txt
+	rm -rf .lock-venv
 
 clean:
 	rm -rf $(VENV) $(HARNESS)/.build
