@@ -36,7 +36,7 @@ demo-host: $(STAMP) runtimes
 	$(BIN)/orch validate configs/demo-fleet.yaml $(DEMO_PLAN)
 	$(RUNTIMES_CLI) prepare $(DEMO_PLAN)
 	$(BIN)/orch run --fleet configs/demo-fleet.yaml --plan $(DEMO_PLAN) --results $(DEMO_RESULTS)
-	@run=$$(ls -d $(DEMO_RESULTS)/*-demo-host-* | sort | tail -1); $(BIN)/orch audit $$run
+	@run=$$(ls -d $(DEMO_RESULTS)/*-demo-host-* | sort | tail -1); $(BIN)/orch audit $$(basename $$run) --results $(DEMO_RESULTS)
 
 demo-sim: $(STAMP)
 	$(BIN)/orch validate configs/demo-fleet.yaml configs/plans/demo-sim.yaml

@@ -10,7 +10,7 @@ import hashlib
 import json
 import os
 import platform
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
@@ -26,7 +26,16 @@ from orchestrator.devices import open_device
 from orchestrator.devices.base import DeviceInfo, DeviceUnavailable, Health, Telemetry
 from orchestrator.results.journal import Journal
 from orchestrator.results.records import EARLY_STOPS, Manifest, Record, RunFinished, RunStarted, StopReason
-from orchestrator.results.store import RunDir, create_run, new_run_id, stops, trial_rows, write_atomic
+from orchestrator.results.store import (
+    RunDir,
+    RunLocked,
+    RunNotWritable,
+    create_run,
+    new_run_id,
+    stops,
+    trial_rows,
+    write_atomic,
+)
 from orchestrator.runtimes import RUNTIMES
 from orchestrator.runtimes.gating import gates_of
 from orchestrator.schedule import resume_state, run_sessions, session_plan
@@ -184,6 +193,7 @@ class RunOutcome:
     verdicts: pd.DataFrame
     gates: pd.DataFrame  # token gates of the real trials against the numpy reference (empty for sims)
     details: dict[str, str]  # device -> why its session stopped, where it said
+    warnings: list[str] = field(default_factory=list)  # journal lines skipped; tables not written (and why)
 
     @property
     def completed(self) -> bool:
@@ -196,9 +206,13 @@ def all_ran(reasons: dict[str, StopReason]) -> bool:
 
 
 def stop_reasons(manifest: Manifest, records: list[Record]) -> dict[str, StopReason]:
-    """Why each session ended; `interrupted` for one with no end in the journal."""
+    """Why each session ended; `interrupted` for one with no end in the journal, or one whose end the
+    journal holds but not all of its trials (records skipped as corrupt: resume runs them)."""
+    states = resume_state(manifest, records)
     reasons = {d: s.reason for d, s in stops(records).items()}
     for s in manifest.sessions:
+        if s.device in states and reasons.get(s.device) == "completed":
+            reasons[s.device] = "interrupted"
         reasons.setdefault(s.device, "interrupted")
     return reasons
 
@@ -208,35 +222,63 @@ def start_run(manifest: Manifest, results: Path) -> RunDir:
 
 
 async def execute(run: RunDir, *, observe: Observer = lambda d, r: None) -> RunOutcome:
-    """Run (or resume) every session that has not ended; then derive trials.parquet and verdicts.csv."""
-    manifest = run.manifest()
-    records = run.records()
-    states = resume_state(manifest, records)
-    journal = Journal(run.journal_path)
-    try:
-        journal.append(RunStarted(wall=datetime.now(UTC).timestamp(), resumed=bool(records), pid=os.getpid()))
-        # Simulated noise follows the run's seed (reproducible), and is fresh for each resumption.
-        stream = manifest.seed + sum(1 for r in records if isinstance(r, RunStarted))
-        await run_sessions(
-            manifest, journal, lambda d: open_device(manifest.fleet, d, stream=stream), states, observe=observe
-        )
-        status = "completed" if all_ran(stop_reasons(manifest, run.records())) else "incomplete"
-        journal.append(RunFinished(status=status, wall=datetime.now(UTC).timestamp()))
-    finally:
-        journal.close()
-    return derive(run)  # after the journal's last record, so every derived table is current
+    """Run (or resume) every session that has not ended; then derive trials.parquet and verdicts.csv.
+    Holds the run's lock throughout (RunLocked if another process writes it); a journal that cannot
+    be written (JournalWriteError) stops every session at once, the journal whole up to that point."""
+    with run.lock():
+        manifest = run.manifest()
+        records = run.records()
+        states = resume_state(manifest, records)
+        journal = Journal(run.journal_path)
+        try:
+            journal.append(RunStarted(wall=datetime.now(UTC).timestamp(), resumed=bool(records), pid=os.getpid()))
+            # Simulated noise follows the run's seed (reproducible), and is fresh for each resumption.
+            stream = manifest.seed + sum(1 for r in records if isinstance(r, RunStarted))
+            await run_sessions(
+                manifest, journal, lambda d: open_device(manifest.fleet, d, stream=stream), states, observe=observe
+            )
+            status = "completed" if all_ran(stop_reasons(manifest, run.records())) else "incomplete"
+            journal.append(RunFinished(status=status, wall=datetime.now(UTC).timestamp()))
+        finally:
+            journal.close()
+        return _derive(run, save=True)  # after the journal's last record, so every derived table is current
 
 
 def derive(run: RunDir) -> RunOutcome:
-    """Rebuild the derived tables from the journal (the source of truth); the token gates are
-    recomputed only when the journal has changed since they were written."""
-    manifest, records = run.manifest(), run.records()
+    """Rebuild the derived tables from the journal (the source of truth). They are written when the
+    run can be locked; a run another process is writing, or a folder that cannot be written, is
+    derived in memory and says so."""
+    try:
+        with run.lock():
+            return _derive(run, save=True)
+    except RunLocked as exc:
+        return _derive(run, save=False, why=f"{exc}; tables derived in memory from the journal so far")
+    except RunNotWritable as exc:
+        return _derive(run, save=False, why=f"{exc}; tables derived in memory")
+
+
+def _derive(run: RunDir, *, save: bool, why: str | None = None) -> RunOutcome:
+    """The tables from the journal; the token gates are recomputed only when the journal has changed
+    since they were written."""
+    manifest, reading = run.manifest(), run.read()
+    records = reading.records
+    warnings = reading.warnings(run.journal_path) + ([why] if why else [])
+    if reading.skipped:
+        warnings.append(f"{len(reading.skipped)} journal line(s) skipped: a trial whose record was skipped counts as "
+                        f"not run, and orch run --resume {run.run_id} runs it again")
     trials = trial_rows(manifest, records)
     table = verdicts(trials, manifest.plan, seed=manifest.seed)
-    tmp = run.trials_path.with_name("trials.parquet.tmp")
-    trials.to_parquet(tmp, index=False)
-    os.replace(tmp, run.trials_path)
-    write_atomic(run.verdicts_path, table.to_csv(index=False).encode())
+    if save:
+        try:
+            tmp = run.trials_path.with_name("trials.parquet.tmp")
+            trials.to_parquet(tmp, index=False)
+            os.replace(tmp, run.trials_path)
+            write_atomic(run.verdicts_path, table.to_csv(index=False).encode())
+        except OSError as exc:
+            run.trials_path.with_name("trials.parquet.tmp").unlink(missing_ok=True)
+            save = False
+            warnings.append(f"{run.path}: derived tables not written ({exc.strerror}); derived in memory")
+    gates = gates_of(run, records, save=save)
     return RunOutcome(run=run, manifest=manifest, stops=stop_reasons(manifest, records), trials=trials,
                       verdicts=table, details={d: s.detail for d, s in stops(records).items() if s.detail},
-                      gates=gates_of(run, records))
+                      gates=gates, warnings=warnings)

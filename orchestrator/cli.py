@@ -1,6 +1,8 @@
 """orch: settled, fresh, interleaved LLM-runtime benchmarks on iPhone, Mac and Linux fleets.
 
-Exit codes: 0 done, 1 a run could not complete (or an alarm / unhealthy device), 2 bad input.
+Exit codes: 0 done, 1 a run could not complete (or an alarm / unhealthy device), 2 bad input,
+3 the machine refused (a run another orch is writing, a folder that cannot be written, a full disk:
+nothing recorded is lost), 130 interrupted.
 """
 
 from __future__ import annotations
@@ -9,10 +11,11 @@ import asyncio
 import json
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
+from typer.core import TyperGroup
 
 from orchestrator import app as core
 from orchestrator.cli_analysis import register as register_analysis
@@ -21,21 +24,51 @@ from orchestrator.config.fleet import Fleet
 from orchestrator.config.loader import ConfigError, load_any, load_fleet
 from orchestrator.config.plan import Plan
 from orchestrator.report.console import LiveProgress, devices_table, gates_table, session_table, verdict_table
+from orchestrator.results.journal import JournalWriteError
 from orchestrator.results.records import EARLY_STOPS, TrialRecord
-from orchestrator.results.store import RunDir, RunNotFound, find_run
+from orchestrator.results.store import RunDir, RunLocked, RunNotFound, RunNotWritable, RunUnreadable, find_run
 from orchestrator.runtimes.gating import mismatched
 
-# The CLI parses, calls orchestrator.app and friends, and prints; no logic lives here.
-app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
 out = Console(width=None if Console().is_terminal else 160)
 err = Console(stderr=True, width=None if Console().is_terminal else 160)
+
+BAD_INPUT = (ConfigError, RunNotFound, RunUnreadable)
+REFUSED = (RunLocked, RunNotWritable, JournalWriteError, OSError)
+
+
+class _Commands(TyperGroup):
+    """Every command's refusals end the same way: one line on stderr and the exit code that says
+    which kind (2 bad input, 3 the machine refused, 130 interrupted), never a traceback."""
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except BAD_INPUT as exc:
+            _fail(str(exc), 2)
+        except REFUSED as exc:
+            _fail(_oserror(exc) if isinstance(exc, OSError) else str(exc), 3)
+        except KeyboardInterrupt:
+            _fail("interrupted", 130)
+
+
+def _oserror(exc: OSError) -> str:
+    where = f"{exc.filename}: " if exc.filename else ""
+    return f"orch: {where}{exc.strerror or exc}"
+
+
+def _fail(message: str, code: int) -> NoReturn:
+    err.print(message, markup=False, highlight=False)
+    raise typer.Exit(code)
+
+
+# The CLI parses, calls orchestrator.app and friends, and prints; no logic lives here.
+app = typer.Typer(cls=_Commands, no_args_is_help=True, add_completion=False, help=__doc__)
 
 Results = Annotated[Path, typer.Option("--results", help="Where runs live")]
 
 
 def _bad_input(message: str) -> NoReturn:
-    err.print(message, markup=False, highlight=False)
-    raise typer.Exit(2)
+    _fail(message, 2)
 
 
 @app.command()
@@ -47,36 +80,33 @@ def run(
     seed: Annotated[int | None, typer.Option(help="Override the plan's seed")] = None,
 ) -> None:
     """Run a plan on a fleet: settled, fresh, interleaved trials; verdicts by the plan's rule."""
-    try:
-        if resume is not None:
-            if fleet or plan:
-                _bad_input("--resume takes the fleet and plan from the run's manifest: drop --fleet/--plan")
-            run_dir = find_run(results, resume)
-        else:
-            if fleet is None or plan is None:
-                _bad_input("orch run needs --fleet FILE and --plan FILE (or --resume RUN_ID)")
-            fleet_cfg, plan_cfg = core.load_inputs(fleet, plan)
-            run_dir = core.start_run(core.new_manifest(fleet_cfg, plan_cfg, fleet, plan, seed), results)
-    except ConfigError as exc:
-        _bad_input(str(exc))
-    except RunNotFound as exc:
-        _bad_input(str(exc))
+    if resume is not None:
+        if fleet or plan:
+            _bad_input("--resume takes the fleet and plan from the run's manifest: drop --fleet/--plan")
+        run_dir = find_run(results, resume)
+    else:
+        if fleet is None or plan is None:
+            _bad_input("orch run needs --fleet FILE and --plan FILE (or --resume RUN_ID)")
+        fleet_cfg, plan_cfg = core.load_inputs(fleet, plan)
+        run_dir = core.start_run(core.new_manifest(fleet_cfg, plan_cfg, fleet, plan, seed), results)
     out.print(f"run {run_dir.run_id}  (resume with: orch run --resume {run_dir.run_id} --results {results})")
-    _execute(run_dir)
+    _execute(run_dir, results)
 
 
-def _execute(run_dir: RunDir) -> None:
+def _execute(run_dir: RunDir, results: Path) -> None:
     manifest = run_dir.manifest()
     done: dict[str, int] = {}
     for rec in run_dir.records():
         if isinstance(rec, TrialRecord):
             done[rec.device] = done.get(rec.device, 0) + 1
+    again = f"orch run --resume {run_dir.run_id} --results {results}"
     try:
         with LiveProgress(out, manifest, done) as live:
             outcome = asyncio.run(core.execute(run_dir, observe=live.observe))
     except KeyboardInterrupt:
-        err.print(f"interrupted: the journal is intact. Resume with: orch run --resume {run_dir.run_id}")
-        raise typer.Exit(130) from None
+        _fail(f"interrupted: the journal is intact. Resume with: {again}", 130)
+    except JournalWriteError as exc:
+        _fail(f"{exc}. Every trial before it is recorded whole; make room, then resume with: {again}", 3)
     _summary(outcome)
     if not outcome.completed:
         err.print("run incomplete: some sessions stopped early (see 'session' above); "
@@ -85,6 +115,8 @@ def _execute(run_dir: RunDir) -> None:
 
 
 def _summary(outcome: core.RunOutcome) -> None:
+    for warning in outcome.warnings:
+        err.print(f"warning: {warning}", markup=False, highlight=False)
     out.print(session_table(outcome.trials, dict(outcome.stops), outcome.manifest))
     for device, reason in outcome.stops.items():
         if reason not in ("completed", *EARLY_STOPS) and device in outcome.details:
@@ -103,11 +135,7 @@ def _summary(outcome: core.RunOutcome) -> None:
 @app.command()
 def show(run_id: str, results: Results = Path("results")) -> None:
     """Print a run's summary and verdicts again (rebuilt from its journal)."""
-    try:
-        run_dir = find_run(results, run_id)
-    except RunNotFound as exc:
-        _bad_input(str(exc))
-    _summary(core.derive(run_dir))
+    _summary(core.derive(find_run(results, run_id)))
 
 
 @app.command()

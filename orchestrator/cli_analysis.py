@@ -42,9 +42,7 @@ def _bad_input(message: str) -> NoReturn:
 
 
 def _run(results: Path, run: str) -> RunDir:
-    """A run by id under --results, or by its directory."""
-    if (Path(run) / "manifest.json").is_file():
-        return RunDir(Path(run))
+    """A run by its id under --results (a run elsewhere: --results its parent folder)."""
     try:
         return find_run(results, run)
     except RunNotFound as exc:
@@ -88,7 +86,7 @@ def _emit(frame: pd.DataFrame, fmt: Format, dest: Path | None, table: Table) -> 
 
 
 def audit_cmd(
-    run: Annotated[str, typer.Argument(help="Run id (under --results) or run directory")],
+    run: Annotated[str, typer.Argument(help="Run id (under --results)")],
     results: Results = Path("results"),
     ceilings: Ceilings = DEFAULT_CEILINGS,
     fmt: Annotated[Format, typer.Option("--format")] = Format.table,
@@ -134,7 +132,7 @@ def audit_cmd(
 
 
 def rank_cmd(
-    runs: Annotated[list[str] | None, typer.Argument(help="Run ids (under --results) or run directories")] = None,
+    runs: Annotated[list[str] | None, typer.Argument(help="Run ids (under --results)")] = None,
     candidates: Annotated[Path, typer.Option("--candidates", help="Candidate table")] = Path(
         "configs/candidates.yaml"),
     results: Results = Path("results"),
@@ -242,7 +240,7 @@ def export_tuning_cmd(
 
 
 def report_cmd(
-    run: Annotated[str, typer.Argument(help="Run id (under --results) or run directory")],
+    run: Annotated[str, typer.Argument(help="Run id (under --results)")],
     results: Results = Path("results"),
     dest: Annotated[Path | None, typer.Option("--out", help="Directory (default RESULTS/RUN/report)")] = None,
     ceilings: Ceilings = DEFAULT_CEILINGS,

@@ -20,7 +20,7 @@ from rich.table import Table
 
 from orchestrator.devices.runners import LocalRunner, Runner, RunnerError
 from orchestrator.report.console import gates_table
-from orchestrator.results.store import RunDir, RunNotFound, find_run
+from orchestrator.results.store import RunNotFound, find_run
 from orchestrator.runtimes import RUNTIMES
 from orchestrator.runtimes.envs import ENVS, InstallError, disk_used, install, installed_on, uninstall
 
@@ -230,7 +230,7 @@ def prepare_cmd(
 
 @runtimes_app.command("gate")
 def gate_cmd(
-    run: Annotated[str, typer.Argument(help="Run id (or its directory)")],
+    run: Annotated[str, typer.Argument(help="Run id (under --results)")],
     results: Annotated[Path, typer.Option("--results", help="Where runs live")] = Path("results"),
 ) -> None:
     """Token gates of a run, recomputed: each arm's token ids against the numpy reference decoder
@@ -238,7 +238,7 @@ def gate_cmd(
     from orchestrator.runtimes.gating import gates_of, mismatched
 
     try:
-        run_dir = RunDir(Path(run)) if (Path(run) / "manifest.json").is_file() else find_run(results, run)
+        run_dir = find_run(results, run)
     except RunNotFound as exc:
         _bad_input(str(exc))
     gates = gates_of(run_dir, force=True)

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import sys
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
@@ -14,7 +15,7 @@ SIM_AB = ROOT / "configs" / "plans" / "sim-ab.yaml"
 AA = ROOT / "configs" / "plans" / "aa-calibration.yaml"
 HARNESS = ROOT / "ios_harness" / ".build" / "release" / "harness"
 MODEL = str(ROOT / "ios_harness" / "Tests" / "Fixtures" / "models" / "llama-t1-s0" / "model-Q8_0.gguf")
-ORCH = str(ROOT / ".venv" / "bin" / "orch")
+ORCH = str(Path(sys.executable).with_name("orch"))  # the console script beside the running interpreter
 
 
 @pytest.fixture(scope="session")

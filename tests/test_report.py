@@ -60,7 +60,7 @@ def test_partly_failed_run_still_renders_and_shows_failures(tmp_path: Path) -> N
     run = run_on_disk(tmp_path, sim_device(faults={"crash": 0.25, "garbage": 0.1}),
                       retry={"max_attempts": 1, "max_consecutive_failures": 50})
     app = cli()
-    res = runner.invoke(app, ["report", str(run.path), "--out", str(tmp_path / "rep")])
+    res = runner.invoke(app, ["report", run.run_id, "--results", str(run.path.parent), "--out", str(tmp_path / "rep")])
     assert res.exit_code == 0, res.output
     html = (tmp_path / "rep" / "report.html").read_text()
     assert "Failures (kept as data)" in html and "crashed" in html

@@ -1,22 +1,55 @@
-"""Run directories: `results/<run_id>/{manifest.json, journal.jsonl, trials.parquet, verdicts.csv}`."""
+"""Run directories: `results/<run_id>/{manifest.json, journal.jsonl, trials.parquet, verdicts.csv}`.
+
+A run id is a name under the results folder, never a path. One process writes a run at a time: it
+holds an exclusive lock on `run.lock` for the run's life (the OS releases it when the process dies).
+"""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
+import re
+import shutil
 import statistics
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from pydantic import ValidationError
 
-from orchestrator.results.journal import read_journal
-from orchestrator.results.records import Manifest, ProbeRecord, Record, SessionStopped, TrialRecord
+from orchestrator.results.journal import Reading, read_records
+from orchestrator.results.records import (
+    AttemptFailed,
+    LookRecord,
+    Manifest,
+    ProbeRecord,
+    Record,
+    SessionStopped,
+    TrialRecord,
+)
 
 
 class RunNotFound(Exception):
     pass
+
+
+class RunUnreadable(Exception):
+    """The run directory exists but its manifest or journal cannot be read."""
+
+
+class RunLocked(Exception):
+    """Another process is writing this run."""
+
+
+class RunNotWritable(Exception):
+    """The run's folder cannot be written (read-only, not ours): it can be read, not run."""
+
+
+RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")  # a name, never a path: no `/`, `..`, leading `.` or `-`
 
 
 @dataclass(frozen=True)
@@ -49,38 +82,127 @@ class RunDir:
 
     def fresh(self, derived: Path) -> bool:
         """A table derived from the journal is current: written after the journal's last record."""
-        return derived.exists() and derived.stat().st_mtime >= self.journal_path.stat().st_mtime
+        return (derived.exists() and self.journal_path.exists()
+                and derived.stat().st_mtime >= self.journal_path.stat().st_mtime)
+
+    @property
+    def lock_path(self) -> Path:
+        return self.path / "run.lock"
 
     def manifest(self) -> Manifest:
-        return Manifest.model_validate_json(self.manifest_path.read_bytes())
+        try:
+            return Manifest.model_validate_json(self.manifest_path.read_bytes())
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"])
+            raise RunUnreadable(f"{self.manifest_path}: not a run manifest ({where + ': ' if where else ''}"
+                                f"{first['msg']}); the run cannot be read without it") from None
+        except OSError as exc:
+            raise RunUnreadable(f"{self.manifest_path}: {exc.strerror}") from None
+
+    def read(self) -> Reading:
+        """The journal's records that belong to this run's manifest, and the lines skipped (with why)."""
+        if not self.journal_path.exists():
+            return Reading()
+        try:
+            return read_records(self.journal_path, _belongs(self.manifest()))
+        except OSError as exc:
+            raise RunUnreadable(f"{self.journal_path}: {exc.strerror}") from None
 
     def records(self) -> list[Record]:
-        return read_journal(self.journal_path) if self.journal_path.exists() else []
+        return self.read().records
+
+    @contextlib.contextmanager
+    def lock(self) -> Iterator[None]:
+        """Exclusive for the block: RunLocked at once if another process holds it (it says its pid)."""
+        try:
+            fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise RunNotWritable(f"{self.lock_path}: cannot lock the run for writing: {exc.strerror}") from None
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
+                raise RunLocked(f"run {self.run_id} is being written by another orch process (pid {holder}): "
+                                "wait for it to end, or stop it and resume") from None
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            yield
+        finally:
+            os.close(fd)  # releases the lock
+
+
+def _belongs(manifest: Manifest) -> Any:
+    """Why a parsed record cannot be part of this run (None if it can): a device or trial the
+    manifest does not plan, or a second final record of a trial (the first is kept)."""
+    planned = {s.device: {t.trial_id: t for t in s.trials} for s in manifest.sessions}
+    seen: set[tuple[str, str]] = set()
+
+    def check(rec: Record) -> str | None:
+        if not isinstance(rec, ProbeRecord | AttemptFailed | TrialRecord | LookRecord | SessionStopped):
+            return None
+        if rec.device not in planned:
+            return f"{rec.type} record of device {rec.device!r}, which has no session in the manifest"
+        if not isinstance(rec, AttemptFailed | TrialRecord):
+            return None
+        trial = planned[rec.device].get(rec.trial_id)
+        if trial is None:
+            return f"{rec.type} record of trial {rec.trial_id!r}, which {rec.device}'s session does not plan"
+        if isinstance(rec, TrialRecord):
+            if (rec.arm, rec.seq) != (trial.arm, trial.seq):
+                return f"trial {rec.trial_id!r} recorded as arm {rec.arm!r} seq {rec.seq}; planned {trial.arm!r} " \
+                       f"seq {trial.seq}"
+            if (rec.device, rec.trial_id) in seen:
+                return f"a second record of trial {rec.trial_id!r} on {rec.device} (the first is kept)"
+            seen.add((rec.device, rec.trial_id))
+        return None
+
+    return check
 
 
 def find_run(results: Path, run_id: str) -> RunDir:
+    """The run named `run_id` under `results`; a path or a name that is not a run id is refused."""
+    if not RUN_ID.fullmatch(run_id):
+        shown = run_id if len(run_id) <= 80 else run_id[:77] + "..."
+        raise RunNotFound(f"{shown!r} is not a run id (a name under --results, like 20260101-120000-plan-ab12); "
+                          "for a run in another folder give that folder: --results DIR")
     run = RunDir(results / run_id)
-    if not run.manifest_path.exists():
-        known = sorted(p.name for p in results.glob("*/manifest.json") if p.is_file()) if results.is_dir() else []
+    if not run.manifest_path.is_file():
+        if run.journal_path.exists():
+            raise RunUnreadable(f"run {run_id} under {results} has a journal but no manifest.json: "
+                                "the run's plan and fleet are in the manifest, so it cannot be read")
+        known = sorted(p.parent.name for p in results.glob("*/manifest.json")) if results.is_dir() else []
         hint = f" (latest: {known[-1]})" if known else ""
         raise RunNotFound(f"no run {run_id!r} under {results}{hint}")
     return run
 
 
 def create_run(results: Path, manifest: Manifest) -> RunDir:
+    """The run's directory with its manifest, or nothing at all (no half-made directory stays behind)."""
     run = RunDir(results / manifest.run_id)
-    run.path.mkdir(parents=True, exist_ok=False)
-    write_atomic(run.manifest_path, manifest.model_dump_json(indent=2).encode())
+    results.mkdir(parents=True, exist_ok=True)
+    run.path.mkdir(exist_ok=False)
+    try:
+        write_atomic(run.manifest_path, manifest.model_dump_json(indent=2).encode())
+    except BaseException:  # disk full, Ctrl-C: a directory without its manifest is no run
+        shutil.rmtree(run.path, ignore_errors=True)
+        raise
     return run
 
 
 def write_atomic(path: Path, data: bytes) -> None:
+    """All of `data` under `path`, or `path` as it was (the temporary file is removed on failure)."""
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def new_run_id(plan_name: str, now: datetime | None = None) -> str:

@@ -8,6 +8,7 @@ reference's (``analysis.tokengate.TIE``). Simulated devices produce no real toke
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -142,15 +143,17 @@ def run_gates(manifest: Manifest, records: list[Record], gater: Gater | None = N
     return pd.DataFrame(out, columns=columns)
 
 
-def gates_of(run: RunDir, records: list[Record] | None = None, *, force: bool = False) -> pd.DataFrame:
+def gates_of(run: RunDir, records: list[Record] | None = None, *, force: bool = False,
+             save: bool = True) -> pd.DataFrame:
     """The run's token gates, computed once per journal state: `token_gates.csv` is reused while it is
     newer than the journal, else the gates are computed (seconds: a reference decode per model) and
-    written. Empty for a run with no real trials."""
+    written (when `save`). Empty for a run with no real trials."""
     if not force and run.fresh(run.gates_path):
         return pd.read_csv(run.gates_path)
     gates = run_gates(run.manifest(), run.records() if records is None else records)
-    if len(gates):
-        write_atomic(run.gates_path, gates.to_csv(index=False).encode())
+    if len(gates) and save:
+        with contextlib.suppress(OSError):  # a full or read-only folder: the gates stand, recomputed next time
+            write_atomic(run.gates_path, gates.to_csv(index=False).encode())
     return gates
 
 

@@ -41,8 +41,17 @@ def resume_state(manifest: Manifest, records: list[Record]) -> dict[str, Session
             states[rec.device].looks_done = rec.look + 1
         elif isinstance(rec, ProbeRecord):
             states[rec.device].probed = True
-    ended = {r.device for r in records if isinstance(r, SessionStopped) and r.reason in ("completed", *EARLY_STOPS)}
-    return {d: s for d, s in states.items() if d not in ended}
+    return {d: s for d, s in states.items() if not ended(manifest, records, d, s)}
+
+
+def ended(manifest: Manifest, records: list[Record], device: str, state: SessionState) -> bool:
+    """The session stopped where its rule said, or completed with every planned trial on record (a
+    trial whose record was lost to a corrupt line runs again)."""
+    last = next((r for r in reversed(records) if isinstance(r, SessionStopped) and r.device == device), None)
+    if last is None:
+        return False
+    return last.reason in EARLY_STOPS or (
+        last.reason == "completed" and len(state.done) == len(manifest.session(device).trials))
 
 
 async def run_sessions(
@@ -69,5 +78,12 @@ async def run_sessions(
             await device.close()
 
     ids = [s.device for s in manifest.sessions if s.device in states]
-    reasons = await asyncio.gather(*(one(d) for d in ids))
+    tasks = [asyncio.ensure_future(one(d)) for d in ids]
+    try:
+        reasons = await asyncio.gather(*tasks)
+    except BaseException:  # a journal that cannot be written, Ctrl-C: no session runs on behind the failure
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
     return dict(zip(ids, reasons, strict=True))
