@@ -67,6 +67,7 @@ def one_trial(device: Device, timeout: float = 60) -> TrialResult | TrialFailure
     ("kill -9 $$", "crashed", "signal 9"),
     ('printf "not json" > "$5"; echo "HARNESS_DONE contract-0000 $5"; exit 0', "bad_output", "invalid TrialResult"),
     ("exit 0", "bad_output", "no result file"),
+    ('mkdir -p "$5"; echo "HARNESS_DONE contract-0000 $5"; exit 0', "bad_output", "result"),  # a directory there
     ("sleep 30", "hung", "killed"),
 ])
 def test_harness_faults_are_typed(tmp_path: Path, sshd: Sshd, body: str, kind: str, words: str) -> None:

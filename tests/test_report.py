@@ -85,3 +85,13 @@ def test_nightly_report_shows_history_with_alarms(tmp_path: Path) -> None:
     html = (tmp_path / "rep" / "report.html").read_text()
     assert "Nightly history" in html and '<span class="v alarm">alarm</span>' in html
     assert len(re.findall(r'src="data:image/png', html)) == 4
+
+
+def test_free_text_is_inert_in_the_markdown(tmp_path: Path) -> None:
+    """A model path or failure message with HTML or newlines cannot add headings, tags or table cells."""
+    run = run_on_disk(tmp_path, sim_device(faults={"crash": 0.25}), model="m<script>x</script>\n# injected | cell",
+                      retry={"max_attempts": 1, "max_consecutive_failures": 50})
+    _, md_path = render(run, tmp_path / "out", load_ceilings(CEILINGS))
+    md = md_path.read_text()
+    assert "<script>" not in md and "\n# injected" not in md
+    assert md.splitlines()[0] == "# Run " + run.run_id + ": t (m&lt;script&gt;x&lt;/script&gt; # injected / cell)"

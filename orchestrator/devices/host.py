@@ -217,6 +217,8 @@ class HostDevice(Device):
             return TrialFailure(kind=kind, message=str(exc))
         except RunnerError as exc:
             return TrialFailure(kind="disconnected", message=f"{self.id}: {exc}")
+        except _UnreadableResult as exc:
+            return TrialFailure(kind="bad_output", message=str(exc))
 
     async def _trial(self, spec: TrialSpec, timeout: float) -> TrialResult | TrialFailure:
         if spec.model.startswith("~"):  # a path as the host sees it: its home, not ours
@@ -279,7 +281,13 @@ class HostDevice(Device):
             await self.runner.get(remote, local)
         except (RunnerError, FileNotFoundError):
             return None
+        except OSError as exc:  # a directory, or a file we may not read, where the result should be
+            raise _UnreadableResult(f"result {remote}: {exc.strerror or exc}") from None
         return local.read_bytes()
 
     async def close(self) -> None:
         await self.runner.close()
+
+
+class _UnreadableResult(Exception):
+    """Something is at the result path, but it is not a result file the harness wrote."""

@@ -5,6 +5,7 @@ Everything is rebuilt from the run's journal; a partly failed run still reports,
 
 from __future__ import annotations
 
+import html
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -138,11 +139,16 @@ def _f(x: Any, spec: str) -> str:
     return format(x, spec) if spec else str(x)
 
 
+def md_text(text: str) -> str:
+    """Free text (a model path, a failure message) as inert markdown: one line, no raw HTML, no cell breaks."""
+    return html.escape(" ".join(text.split()), quote=False).replace("|", "/")
+
+
 def md_table(frame: pd.DataFrame, cols: dict[str, tuple[str, str]]) -> str:
     """`cols`: column -> (header, format spec)."""
     lines = ["| " + " | ".join(h for h, _ in cols.values()) + " |", "|" + "---|" * len(cols)]
     for row in frame.to_dict("records"):
-        lines.append("| " + " | ".join(_f(row[c], s).replace("|", "/") for c, (_, s) in cols.items()) + " |")
+        lines.append("| " + " | ".join(md_text(_f(row[c], s)) for c, (_, s) in cols.items()) + " |")
     return "\n".join(lines)
 
 
@@ -218,7 +224,7 @@ def rule_text(report: Report) -> str:
 
 def to_markdown(report: Report, image: Callable[[str], str]) -> str:
     """`image(name)` gives the link for a figure (a file beside the markdown)."""
-    parts = [f"# {title(report)}", "", rule_text(report), ""]
+    parts = [f"# {md_text(title(report))}", "", rule_text(report), ""]
     parts += [f"- {line}" for line in headline(report)] or ["- no verdicts: no finished trials"]
     parts += ["", "## Verdicts", "", md_table(verdict_frame(report), VERDICT_COLS), "",
               "## Sessions", "", md_table(sessions_frame(report), SESSION_COLS), ""]
