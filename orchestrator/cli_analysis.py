@@ -182,42 +182,65 @@ def nightly_cmd(
     junit: Annotated[Path | None, typer.Option(help="JUnit XML (default RESULTS/nightly/NIGHT/junit.xml)")] = None,
     summary: Annotated[Path | None, typer.Option(help="Markdown summary (default .../summary.md)")] = None,
 ) -> None:
-    """Tonight's candidate vs the pinned reference, interleaved per device; exit 1 on a tok/s regression alarm."""
-    from orchestrator.analysis.nightly import NightlyInputError, run_night
+    """Tonight's candidate vs the pinned reference, interleaved per device; exit 1 on a tok/s regression alarm.
+
+    Prints each run's id, and the command that finishes the night, before the first trial.
+
+    Exit codes: 0 no alarm; 1 alarm; 2 bad input (nothing run or written); 130 interrupted (resume it);
+    3 the night failed: one line says why; junit.xml and summary.md say it did not finish (resume it).
+    """
+    from orchestrator.analysis.nightly import NightlyInputError, resume_command, run_night
 
     night = night or datetime.now(UTC).strftime("%Y-%m-%d")
-    pending: list[list[str]] = [[]]
+    again: list[str] = []  # the command that finishes this night, once its runs exist
+    written: list[Path] = []  # the night's final reports, once written
+
+    def started(run_ids: list[str]) -> None:
+        again.append(resume_command(run_ids, night=night, results=results, history=history or results / "history",
+                                    junit=junit, summary_md=summary))
+        for run_id in run_ids:
+            out.print(f"run {run_id}  (resume with: {again[-1]})", markup=False, highlight=False, soft_wrap=True)
+
     try:
         outcome = asyncio.run(run_night(
             fleet, plan or [], reference=reference, candidate=candidate, night=night, results=results,
             history=history or results / "history", junit=junit, summary_md=summary, resume=resume,
-            on_start=pending.append,
+            on_start=started,
         ))
+        written.append(outcome.junit_path)
+        s = outcome.summary
+        tonight = s.tonight.assign(builds=s.tonight["candidate_build"] + " vs " + s.tonight["reference_build"])
+        out.print(_table(f"Nightly {night}: runs {', '.join(outcome.run_ids)}", tonight, {
+            "config": "", "device": "", "builds": "", "ratio": ".3f", "ci_low": ".3f", "ci_high": ".3f",
+            "p_one_sided_slower": ".4f", "streak": "d", "status": "", "reason": "",
+        }))
+        for config, device, why in s.missing:
+            out.print(f"no data {config} / {device}: {why}", markup=False, highlight=False, style="yellow")
+        for r in s.changes.to_dict("records"):
+            out.print(f"change point: {r['config']} / {r['device']} {r['signal']} from {r['night']} "
+                      f"({r['shift']:+.1%})")
+        out.print(f"junit: {outcome.junit_path}  summary: {outcome.summary_path}", soft_wrap=True)
     except (ConfigError, NightlyInputError, RunNotFound) as exc:
         _bad_input(str(exc))
     except KeyboardInterrupt:
-        again = " ".join(f"--resume {r}" for r in pending[-1])
-        err.print(f"interrupted: the journal is intact. Finish the night with: orch nightly {again} --night {night}"
-                  f" --results {results}")
+        err.print("interrupted: the journal is intact." + (f" Finish the night with: {again[-1]}" if again else ""),
+                  markup=False, highlight=False, soft_wrap=True)
         raise typer.Exit(130) from None
-    s = outcome.summary
-    tonight = s.tonight.assign(builds=s.tonight["candidate_build"] + " vs " + s.tonight["reference_build"])
-    out.print(_table(f"Nightly {night}: runs {', '.join(outcome.run_ids)}", tonight, {
-        "config": "", "device": "", "builds": "", "ratio": ".3f", "ci_low": ".3f", "ci_high": ".3f",
-        "p_one_sided_slower": ".4f", "streak": "d", "status": "", "reason": "",
-    }))
-    for config, device, why in s.missing:
-        out.print(f"[yellow]no data[/] {config} / {device}: {why}")
-    for r in s.changes.to_dict("records"):
-        out.print(f"change point: {r['config']} / {r['device']} {r['signal']} from {r['night']} ({r['shift']:+.1%})")
-    out.print(f"junit: {outcome.junit_path}  summary: {outcome.summary_path}")
+    except Exception as exc:  # never exit 1 here: 1 means alarm
+        said = " ".join(str(exc).split()) or "-"
+        where = summary or results / "nightly" / night / "summary.md"
+        err.print(f"nightly failed: {type(exc).__name__}: {said}" + (
+            f" (after the night's reports were written: {written[0]})" if written else
+            f" (traceback in {where}; finish the night with: {again[-1]})" if again else ""),
+            markup=False, highlight=False, soft_wrap=True)
+        raise typer.Exit(3) from None
     if s.alarmed:
         err.print("ALARM: tok/s regression (see above)")
         raise typer.Exit(1)
 
 
 def export_tuning_cmd(
-    run: Annotated[str, typer.Argument(help="A sweep run: id (under --results) or directory")],
+    run: Annotated[str, typer.Argument(help="A sweep run: its id (under --results)")],
     dest: Annotated[Path, typer.Option("--out", help="Harness tuning JSON (one chip class; else FILE.<chip>.json)")],
     results: Results = Path("results"),
 ) -> None:

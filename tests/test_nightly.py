@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import re
+import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -16,6 +20,7 @@ from orchestrator.analysis.nightly import (
     NightlyInputError,
     alarms,
     append_history,
+    compact_night,
     history_rows,
     load_history_trials,
     load_nights,
@@ -156,3 +161,198 @@ def test_an_interrupted_night_resumes_once_into_the_history(tmp_path: Path, nigh
     assert len(load_nights(results / "history")) == 1
     res = runner.invoke(app, ["nightly", "--resume", run.run_id, "--fleet", str(SIM_LAB), "--results", str(results)])
     assert res.exit_code == 2 and "drop the rest" in res.output
+
+
+# -- a night of several configs, through the CLI -----------------------------------------------------
+LAB = """\
+name: nightly-lab
+devices:
+  - {id: a19, kind: sim, chip_class: A19 Pro, seed: 19, bandwidth_gb_s: 60,
+     runtimes: {rawloop-metal: {decode_tok_s: 55.0, builds: {ref: 1.0, good: 1.0, slow: 0.85}}}}
+  - {id: a18, kind: sim, chip_class: A18 Pro, seed: 18, bandwidth_gb_s: 50,
+     runtimes: {rawloop-metal: {decode_tok_s: 45.0}}}
+  - {id: flaky, kind: sim, chip_class: A17 Pro, seed: 17, bandwidth_gb_s: 42,
+     runtimes: {rawloop-metal: {decode_tok_s: 40.0}}, faults: {crash: 1.0}}
+"""
+CONFIGS = {"decode-a": ["a19"], "decode-b": ["a19", "a18"], "decode-c": ["flaky"]}  # flaky: every launch crashes
+
+
+def nightly_lab(tmp_path: Path) -> tuple[Path, list[Path]]:
+    """A fleet file and three nightly plans (one config each) on it."""
+    fleet = tmp_path / "lab.yaml"
+    fleet.write_text(LAB)
+    plans = []
+    for name, devices in CONFIGS.items():
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(NIGHTLY.read_text().replace("name: nightly-decode", f"name: {name}")
+                        .replace("devices: [iphone17pro]", f"devices: [{', '.join(devices)}]"))
+        plans.append(path)
+    return fleet, plans
+
+
+def cli() -> tuple[typer.Typer, CliRunner]:
+    app = typer.Typer()
+    register(app)
+    return app, CliRunner()
+
+
+def started(output: str) -> tuple[list[str], str]:
+    """The run ids printed before the first trial, and the one command they say finishes the night."""
+    found = re.findall(r"^run (\S+)  \(resume with: (orch nightly .*)\)$", output, re.M)
+    assert found, output
+    assert len({cmd for _, cmd in found}) == 1, found
+    return [r for r, _ in found], found[0][1]
+
+
+def cases(junit: Path) -> dict[tuple[str, str], str]:
+    """(config, device) -> passed | failure | error (its type)."""
+    out = {}
+    for case in ET.parse(junit).getroot().iter("testcase"):
+        bad = case.find("failure") if case.find("failure") is not None else case.find("error")
+        key = (case.get("classname", "").removeprefix("nightly."), case.get("name", ""))
+        assert key not in out, f"two test cases for {key}"
+        out[key] = "passed" if bad is None else f"{bad.tag}:{bad.get('type')}"
+    return out
+
+
+def test_cli_a_night_of_three_configs_and_the_same_night_again(tmp_path: Path) -> None:
+    fleet, plans = nightly_lab(tmp_path)
+    results = tmp_path / "r"
+    app, runner = cli()
+    args = ["nightly", "--fleet", str(fleet), *(a for p in plans for a in ("--plan", str(p))),
+            "--reference", "ref", "--results", str(results)]
+    junit = results / "nightly" / "2026-06-01" / "junit.xml"
+    everyone = {(c, d) for c, devices in CONFIGS.items() for d in devices}
+    all_runs: list[str] = []
+    for _ in range(2):  # the same night run twice: new runs, no crash, tonight's verdicts once
+        res = runner.invoke(app, [*args, "--candidate", "good", "--night", "2026-06-01"])
+        assert res.exit_code == 0, res.output
+        run_ids, again = started(res.output)
+        assert len(run_ids) == 3
+        assert again == (f"orch nightly {' '.join('--resume ' + r for r in run_ids)} --night 2026-06-01 "
+                         f"--results {results}")
+        assert res.output.index(f"run {run_ids[-1]}") < res.output.index("Nightly 2026-06-01")  # before any trial
+        all_runs += run_ids
+        got = cases(junit)
+        assert set(got) == everyone, got
+        assert got[("decode-c", "flaky")] == "error:no_data", got  # no comparison is an error, never a pass
+        assert all(v == "passed" for k, v in got.items() if k != ("decode-c", "flaky")), got
+    trials = load_history_trials(results / "history")
+    per_run = trials.groupby("run_id", observed=True).size()
+    assert set(per_run.index) == set(all_runs)
+    launches = 2 * load_plan(plans[0]).launches_per_arm()
+    for run_id in all_runs:
+        config = next(c for c in CONFIGS if f"-{c}-" in run_id)
+        if config != "decode-c":  # the flaky session stops after too many failures in a row
+            assert per_run[run_id] == launches * len(CONFIGS[config]), per_run
+    assert not trials.duplicated(["run_id", "device", "block", "seq"]).any()
+    nights = load_nights(results / "history")
+    assert set(zip(nights["config"], nights["device"], strict=True)) == everyone
+    assert set(nights["run_id"]) <= set(all_runs[3:])  # a night run twice keeps its latest runs
+    for kind in ("trials", "nights"):  # compacted: one file per night and dataset
+        assert len(list((results / "history" / kind).glob("night=2026-06-01/*.parquet"))) == 1
+
+    # Two nights 15% slower on a19 (every config that runs on it): an alarm there only, exit 1.
+    for night_label in ("2026-06-02", "2026-06-03"):
+        res = runner.invoke(app, [*args, "--candidate", "slow", "--night", night_label])
+        got = cases(results / "nightly" / night_label / "junit.xml")
+        alarmed = {k for k, v in got.items() if v == "failure:alarm"}
+        assert alarmed == {("decode-a", "a19"), ("decode-b", "a19")}, (got, res.output)
+        assert res.exit_code == 1 and "ALARM" in res.output, res.output
+        assert got[("decode-b", "a18")] == "passed" and set(got) == everyone, got
+    assert len(load_nights(results / "history")) == 3 * len(everyone)
+
+
+def test_cli_a_failed_night_is_not_an_alarm_and_leaves_no_stale_report(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from orchestrator import app as core
+    from orchestrator.results.store import RunDir
+
+    fleet, plans = nightly_lab(tmp_path)
+    results, junit, summary = tmp_path / "r", tmp_path / "ci" / "junit.xml", tmp_path / "ci" / "summary.md"
+    app, runner = cli()
+    args = ["nightly", "--fleet", str(fleet), "--plan", str(plans[0]), "--plan", str(plans[1]), "--reference", "ref",
+            "--candidate", "good", "--results", str(results), "--junit", str(junit), "--summary", str(summary)]
+    res = runner.invoke(app, [*args, "--night", "2026-07-01"])
+    assert res.exit_code == 0 and "errors=\"0\"" in junit.read_text(), res.output
+
+    real, calls = core.execute, []
+
+    async def second_run_fails(run: RunDir, **kw: Any) -> core.RunOutcome:
+        calls.append(run.run_id)
+        if len(calls) == 1:  # before the first trial: the ids are out and last night's report is replaced
+            assert "is running" in junit.read_text() and run.run_id in junit.read_text()
+        if len(calls) == 2:
+            raise RuntimeError("disk on fire\nsecond line")
+        return await real(run, **kw)
+
+    monkeypatch.setattr(core, "execute", second_run_fails)
+    res = runner.invoke(app, [*args, "--night", "2026-07-02"])
+    assert res.exit_code == 3, res.output  # not 1: 1 means alarm
+    run_ids, again = started(res.output)
+    failed = [line for line in res.output.splitlines() if line.startswith("nightly failed:")]
+    assert failed == [f"nightly failed: RuntimeError: disk on fire second line (traceback in {summary}; "
+                      f"finish the night with: {again})"], res.output
+    assert again.endswith(f"--night 2026-07-02 --results {results} --junit {junit} --summary {summary}")
+    # Last night's passing report is gone: tonight's says it did not finish, every planned case an error.
+    assert set(cases(junit).values()) == {"error:unfinished"} and len(cases(junit)) == 3
+    assert "2026-07-02" in junit.read_text() and "2026-07-01" not in junit.read_text()
+    assert summary.read_text().startswith("# Nightly 2026-07-02: DID NOT FINISH") and "disk on fire" in \
+        summary.read_text() and "Traceback" in summary.read_text()
+
+    monkeypatch.setattr(core, "execute", real)
+    res = runner.invoke(app, again.split()[1:])  # the printed command, as printed
+    assert res.exit_code == 0, res.output
+    assert started(res.output) == (run_ids, again)
+    got = cases(junit)
+    assert set(got) == {("decode-a", "a19"), ("decode-b", "a19"), ("decode-b", "a18")}, got
+    assert set(got.values()) == {"passed"}, got
+    trials = load_history_trials(results / "history")
+    tonight = trials[trials["night"] == "2026-07-02"]
+    assert set(tonight["run_id"]) == set(run_ids) and not tonight.duplicated(["run_id", "device", "seq"]).any()
+    assert len(tonight) == 2 * load_plan(plans[0]).launches_per_arm() * 3
+
+
+def test_cli_nightly_unexpected_error_before_any_run_exits_3(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import orchestrator.analysis.nightly as nightly
+
+    def boom(night: str) -> str:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(nightly, "check_night", boom)
+    app, runner = cli()
+    res = runner.invoke(app, ["nightly", "--fleet", str(SIM_LAB), "--plan", str(NIGHTLY), "--reference", "r",
+                              "--candidate", "c", "--results", str(tmp_path / "r")])
+    assert res.exit_code == 3 and res.output.strip() == "nightly failed: OSError: [Errno 28] No space left on device"
+
+
+def test_compaction_of_several_runs_keeps_each_runs_newest_rows(tmp_path: Path) -> None:
+    def rows(run_id: str, value: float, n: int) -> pd.DataFrame:
+        return pd.DataFrame({"run_id": run_id, "config": "c", "device": "d", "seq": range(n),
+                             "decode_tok_s": value, "effective_gb_s": None})  # null-typed, as sims write it
+
+    history = tmp_path / "history"
+    part = history / "trials" / "night=n1"
+    later = time.time_ns() + 10**9  # mtimes a second apart: append order, whatever the clock's resolution
+    for i, (run_id, value) in enumerate((("r1", 1.0), ("r2", 2.0), ("r3", 3.0), ("r1", 4.0))):
+        append_history(history, "n1", rows(run_id, value, 3), rows(run_id, value, 1))
+        for kind in ("trials", "nights"):
+            os.utime(history / kind / "night=n1" / f"{run_id}.parquet", ns=(later + 2 * i * 10**9,) * 2)
+        if i == 1:  # then two more runs on top of a compacted file, one of them r1 resumed
+            compact_night(history, "n1")
+            for kind in ("trials", "nights"):
+                os.utime(next((history / kind / "night=n1").glob("night-*.parquet")), ns=(later + 3 * 10**9,) * 2)
+    compact_night(history, "n1")
+    assert len(list(part.glob("*.parquet"))) == 1
+    # The config's comparison on that device: the newest run's (r1 resumed last), whatever the run ids say.
+    assert load_nights(history)[["run_id", "decode_tok_s"]].to_dict("records") == [
+        {"run_id": "r1", "decode_tok_s": 4.0}]
+    # A night whose column is typed (a device reporting bytes per token) reads together with the others.
+    append_history(history, "n2", rows("r9", 9.0, 2).assign(effective_gb_s=40.0), rows("r9", 9.0, 0))
+    assert len(load_nights(history)) == 1
+    got = load_history_trials(history)
+    assert got.groupby("run_id", observed=True)["decode_tok_s"].agg(["size", "max"]).to_dict("index") == {
+        "r1": {"size": 3, "max": 4.0}, "r2": {"size": 3, "max": 2.0}, "r3": {"size": 3, "max": 3.0},
+        "r9": {"size": 2, "max": 9.0}}
+    assert got["effective_gb_s"].astype(float).max() == 40.0

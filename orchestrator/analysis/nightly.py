@@ -14,11 +14,13 @@ medians from the trials dataset) is the second, slower signal.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from shlex import quote
 
 import numpy as np
 import pandas as pd
@@ -46,8 +48,8 @@ class NightlyInputError(ValueError):
     """Bad input for a nightly run (the CLI exits 2)."""
 
 
-def pin_builds(plan: Plan, reference: str, candidate: str) -> Plan:
-    """The plan with its first arm pinned to the reference build and its second to the candidate."""
+def check_plan(plan: Plan) -> Plan:
+    """A nightly plan: exactly two arms (reference, candidate) of one runtime."""
     if len(plan.arms) != 2:
         raise NightlyInputError(
             f"plan {plan.name!r}: a nightly plan has exactly 2 arms (reference, candidate); it has {len(plan.arms)}"
@@ -57,7 +59,12 @@ def pin_builds(plan: Plan, reference: str, candidate: str) -> Plan:
             f"plan {plan.name!r}: both arms must run the same runtime (got {plan.arms[0].runtime!r} and "
             f"{plan.arms[1].runtime!r}): only the build differs"
         )
-    ref, cand = plan.arms
+    return plan
+
+
+def pin_builds(plan: Plan, reference: str, candidate: str) -> Plan:
+    """The plan with its first arm pinned to the reference build and its second to the candidate."""
+    ref, cand = check_plan(plan).arms
     arms = [ref.model_copy(update={"build": reference}), cand.model_copy(update={"build": candidate})]
     return plan.model_copy(update={"arms": arms})
 
@@ -84,7 +91,7 @@ def history_rows(trials: pd.DataFrame, manifest: Manifest) -> pd.DataFrame:
         config=plan.name, model=plan.model, role=trials["arm"].map(roles), chip_class=trials["device"].map(chips),
         probe_gb_s=trials["device"].map(lambda d: probes[d] if probes[d] is not None else np.nan),
     )
-    return rows[TRIAL_COLUMNS].astype({"build": "string", "failure_kind": "string"})
+    return _typed(rows[TRIAL_COLUMNS])
 
 
 def night_rows(verdicts: pd.DataFrame, manifest: Manifest) -> pd.DataFrame:
@@ -99,7 +106,7 @@ def night_rows(verdicts: pd.DataFrame, manifest: Manifest) -> pd.DataFrame:
         run_id=manifest.run_id, config=plan.name, chip_class=mine["device"].map(lambda d: chip_class(manifest, d)),
         reference_build=ref.build, candidate_build=cand.build,
     )
-    return rows[NIGHT_COLUMNS]
+    return _typed(rows[NIGHT_COLUMNS])
 
 
 def append_history(history: Path, night: str, trials: pd.DataFrame, nights: pd.DataFrame) -> None:
@@ -117,27 +124,42 @@ def append_history(history: Path, night: str, trials: pd.DataFrame, nights: pd.D
 
 STRING_COLUMNS = ["run_id", "config", "device", "chip_class", "model", "runtime", "arm", "role", "build", "status",
                   "failure_kind", "thermal_before", "thermal_after", "reference_build", "candidate_build", "verdict"]
+FLOAT_COLUMNS = ["decode_tok_s", "prefill_tok_s", "bytes_per_decode_token", "effective_gb_s", "settle_waited_s",
+                 "probe_gb_s", "median_reference", "median_candidate", "ratio", "ci_low", "ci_high", "p_value",
+                 "p_one_sided_slower", "sigma", "mde"]
+
+
+def _typed(frame: pd.DataFrame) -> pd.DataFrame:
+    """Fixed column types, so a column with no value tonight (a simulated device reports no bytes per
+    token; every trial of a session failed) is not written as parquet's null type, which the other
+    nights' files could not be read together with."""
+    return frame.astype({c: ("string" if c in STRING_COLUMNS else "float64") for c in frame.columns
+                         if c in STRING_COLUMNS or c in FLOAT_COLUMNS})
 
 
 def compact_night(history: Path, night: str) -> None:
     """Merge a night's per-run files into one per dataset (reading 400 nights then opens 400 files, not
-    thousands). Written to a temp name and renamed before the per-run files are removed."""
+    thousands). Written to a temp name and renamed before the per-run files are removed.
+
+    The newest file wins: a run appended again (resumed after an interruption) replaces its earlier
+    trial rows, and a config run again the same night replaces its earlier comparison per device (run
+    ids only order by the second they were made in)."""
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    for kind in ("trials", "nights"):
+    for kind, keys in (("trials", ["run_id"]), ("nights", ["config", "device"])):
         part = history / kind / f"night={check_night(night)}"
         files = sorted(part.glob("*.parquet"), key=lambda f: (f.stat().st_mtime_ns, f.name))
         if len(files) < 2:
             continue
-        # A run appended again (resumed after an interruption) replaces its earlier rows: newest file wins.
-        tables, seen = [], pa.array([], pa.string())
+        # pc.unique returns a plain Array, whatever the input's chunking: the keys seen are a Python set.
+        tables, seen = [], set[str]()
         for f in reversed(files):
             t = pq.read_table(f, partitioning=None)
-            runs = pc.cast(t.column("run_id"), pa.string())
-            tables.append(t.filter(pc.invert(pc.is_in(runs, value_set=seen))))
-            seen = pa.concat_arrays([seen, pc.unique(runs).combine_chunks()])
+            key = pc.binary_join_element_wise(*(pc.cast(t.column(k), pa.string()) for k in keys), "\x00")
+            tables.append(t.filter(pc.invert(pc.is_in(key, value_set=pa.array(sorted(seen), pa.string())))))
+            seen.update(pc.unique(key).to_pylist())
         table = pa.concat_tables(tables[::-1], promote_options="default")
         tmp = part / ".compact.parquet.tmp"
         pq.write_table(table, tmp)
@@ -159,6 +181,11 @@ def _read(history: Path, kind: str, columns: list[str] | None = None,
         return pd.DataFrame(columns=[*(columns or []), "night"])
     fmt = ds.ParquetFileFormat(read_options=ds.ParquetReadOptions(dictionary_columns=STRING_COLUMNS))
     dataset = ds.dataset(root, format=fmt, partitioning="hive")
+    # The schema of every file, not just the first: histories written before the column types were
+    # fixed hold null-typed columns in some nights (footers only: no data is read here).
+    schema = pa.unify_schemas([dataset.schema, *(f.physical_schema for f in dataset.get_fragments())],
+                              promote_options="permissive")
+    dataset = ds.dataset(root, format=fmt, partitioning="hive", schema=schema)
     filt = ds.field("config").isin(configs) if configs is not None else None
     table = dataset.to_table(columns=[*columns, "night"] if columns else None, filter=filt)
     table = table.unify_dictionaries().combine_chunks()
@@ -172,7 +199,8 @@ def _read(history: Path, kind: str, columns: list[str] | None = None,
 
 
 def load_nights(history: Path) -> pd.DataFrame:
-    """Every night's comparison; a night run twice for a device and config keeps its latest run."""
+    """Every night's comparison; a night run twice for a device and config keeps its latest run (one row
+    once the night is compacted; before, the greatest run id)."""
     nights = _read(history, "nights")
     if not len(nights):
         return nights
@@ -276,28 +304,46 @@ class NightSummary:
     tonight: pd.DataFrame  # alarm rows for tonight (one per device x config)
     changes: pd.DataFrame  # change points in the whole history of tonight's series
     missing: list[tuple[str, str, str]]  # (config, device, why) planned tonight without a comparison
+    unfinished: str | None = None  # why the night has no verdict (yet): every planned pair is then missing
 
     @property
     def alarmed(self) -> bool:
         return bool((self.tonight["status"] == "alarm").any())
 
 
+def unfinished(night: str, planned: Iterable[tuple[str, str]], why: str) -> NightSummary:
+    """What the reports say while a night runs, and after it failed: every planned pair is an error
+    (a CI reading them never sees an earlier night's result as tonight's)."""
+    pairs = list(dict.fromkeys(planned))
+    return NightSummary(night=night, tonight=pd.DataFrame(columns=["config", "device", "status"]),
+                        changes=pd.DataFrame(columns=["config", "device", "signal", "night", "shift"]),
+                        missing=[(c, d, why) for c, d in pairs], unfinished=why)
+
+
 def summarize(history: Path, night: str, planned: Iterable[tuple[str, str]], rules: dict[str, NightlyAlarm],
               why_missing: dict[tuple[str, str], str] | None = None) -> NightSummary:
     """Tonight's verdict per planned (config, device), from the history (tonight already appended)."""
-    planned = list(planned)
+    planned = list(dict.fromkeys(planned))  # a config resumed twice, or run twice tonight, is one series
+    why_missing = why_missing or {}
     table = alarms(load_nights(history), rules)
     keys = set(planned)
     in_series = table[_in(table, keys)] if len(table) else table
     tonight = in_series[in_series["night"] == night].reset_index(drop=True)
+    if len(tonight):  # a comparison row without a p-value: say why the session gave none
+        tonight["reason"] = [
+            f"{r} ({why_missing[(c, d)]})" if st == "no data" and (c, d) in why_missing else r
+            for r, st, c, d in zip(tonight["reason"], tonight["status"], tonight["config"], tonight["device"],
+                                   strict=True)
+        ]
     have = set(zip(tonight["config"], tonight["device"], strict=True))
-    missing = [(c, d, (why_missing or {}).get((c, d), "no comparison")) for c, d in planned if (c, d) not in have]
+    missing = [(c, d, why_missing.get((c, d), "no comparison")) for c, d in planned if (c, d) not in have]
     changes = changepoints(night_medians(in_series))
     return NightSummary(night=night, tonight=tonight, changes=changes, missing=missing)
 
 
 def junit_xml(summary: NightSummary) -> str:
-    """One test case per device x config: failure on alarm, error when the night has no comparison."""
+    """One test case per device x config: failure on alarm, error when the night has no comparison
+    (a session without enough trials, or a night that did not finish)."""
     import xml.etree.ElementTree as ET
 
     cases = []
@@ -308,11 +354,14 @@ def junit_xml(summary: NightSummary) -> str:
                   f"n {row['n_candidate']}/{row['n_reference']}; {row['reason']}")
         if row["status"] == "alarm":
             ET.SubElement(case, "failure", message=f"tok/s regression: {row['reason']}", type="alarm").text = detail
+        elif row["status"] == "no data":
+            ET.SubElement(case, "error", message=str(row["reason"]), type="no_data").text = detail
         ET.SubElement(case, "system-out").text = f"{row['status']}: {detail}"
         cases.append(case)
     for config, device, why in summary.missing:
         case = ET.Element("testcase", classname=f"nightly.{config}", name=device, time="0")
-        ET.SubElement(case, "error", message=why, type="no_data").text = why
+        kind = "unfinished" if summary.unfinished is not None else "no_data"
+        ET.SubElement(case, "error", message=why.splitlines()[0] if why else kind, type=kind).text = why
         cases.append(case)
     failures = sum(1 for c in cases if c.find("failure") is not None)
     errors = sum(1 for c in cases if c.find("error") is not None)
@@ -326,6 +375,9 @@ def junit_xml(summary: NightSummary) -> str:
 
 
 def markdown(summary: NightSummary) -> str:
+    if summary.unfinished is not None:
+        return (f"# Nightly {summary.night}: DID NOT FINISH\n\n{summary.unfinished}\n\n"
+                + "".join(f"- {c} / {d}: no verdict\n" for c, d, _ in summary.missing))
     lines = [f"# Nightly {summary.night}: {'ALARM' if summary.alarmed else 'no alarm'}", ""]
     lines += ["| config | device | chip | candidate vs reference | ratio [CI] | one-sided p | streak | status |",
               "|---|---|---|---|---|---|---|---|"]
@@ -358,6 +410,29 @@ class NightlyOutcome:
     summary_path: Path
 
 
+def resume_command(run_ids: Iterable[str], *, night: str, results: Path, history: Path | None = None,
+                   junit: Path | None = None, summary_md: Path | None = None) -> str:
+    """The command that finishes a night: every run of it (so the reports cover every config again; a
+    run whose sessions all ended resumes without a trial), on the same night, results, history and
+    report paths."""
+    parts = ["orch nightly", *(f"--resume {r}" for r in run_ids), f"--night {night}",
+             f"--results {quote(str(results))}"]
+    if history is not None and history != results / "history":
+        parts.append(f"--history {quote(str(history))}")
+    parts += [f"--junit {quote(str(junit))}"] if junit is not None else []
+    parts += [f"--summary {quote(str(summary_md))}"] if summary_md is not None else []
+    return " ".join(parts)
+
+
+def write_reports(summary: NightSummary, junit: Path, summary_md: Path, detail: str = "") -> None:
+    """junit.xml and summary.md, each replaced whole (never half written); ``detail`` goes under the summary."""
+    from orchestrator.results.store import write_atomic
+
+    for path, text in ((junit, junit_xml(summary)), (summary_md, markdown(summary) + detail)):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, text.encode())
+
+
 async def run_night(
     fleet_path: Path | None, plan_paths: list[Path], *, reference: str | None, candidate: str | None, night: str,
     results: Path, history: Path, junit: Path | None = None, summary_md: Path | None = None,
@@ -366,9 +441,13 @@ async def run_night(
     """Run each nightly plan (reference and candidate builds interleaved per device, through the run
     machinery: manifest, journal, settle gate), append to the history, apply the rule, write the reports.
     With ``resume`` (run ids of an interrupted night): finish those runs instead, then the same.
-    ``on_start`` hears, before each run, the ids of the runs not finished yet (what to resume).
+    ``on_start`` hears the night's run ids as soon as their directories exist, before any trial (the
+    ids a ``resume_command`` needs after a kill).
 
-    Raises ``ConfigError`` / ``NightlyInputError`` / ``RunNotFound`` on bad input, before any trial.
+    The reports are replaced before the first trial by an "unfinished" version (every planned device x
+    config an error), and whole at the end; a night that fails or is stopped leaves the unfinished one,
+    never an earlier night's. Raises ``ConfigError`` / ``NightlyInputError`` / ``RunNotFound`` on bad
+    input, before any trial and before anything is written.
     """
     from orchestrator import app as core
     from orchestrator.results.store import RunDir, find_run, stops
@@ -378,7 +457,9 @@ async def run_night(
     if resume:
         if fleet_path or plan_paths or reference or candidate:
             raise NightlyInputError("--resume takes fleet, plans and builds from the runs' manifests: drop the rest")
-        runs = [find_run(results, r) for r in resume]
+        runs = [find_run(results, r) for r in dict.fromkeys(resume)]
+        for run in runs:
+            check_plan(run.manifest().plan)
     else:
         if fleet_path is None or not plan_paths or reference is None or candidate is None:
             raise NightlyInputError("orch nightly needs --fleet, --plan, --reference and --candidate "
@@ -393,24 +474,39 @@ async def run_night(
         seed_of = {p.name: p.seed + zlib.crc32(night.encode()) for p in pinned}
         runs = [core.start_run(core.new_manifest(fleet, plan, fleet_path, path, seed_of[plan.name]), results)
                 for plan, path in zip(pinned, plan_paths, strict=True)]
-    plans = [r.manifest().plan for r in runs]
-    planned, why, run_ids = [], {}, []
-    for i, (run, plan) in enumerate(zip(runs, plans, strict=True)):
-        on_start([r.run_id for r in runs[i:]])
-        outcome = await core.execute(run)
-        run_ids.append(run.run_id)
-        append_history(history, night, history_rows(outcome.trials, outcome.manifest),
-                       night_rows(outcome.verdicts, outcome.manifest))
-        ended = {d: s.reason for d, s in stops(run.records()).items()}
-        for s in outcome.manifest.sessions:
-            planned.append((plan.name, s.device))
-            why[(plan.name, s.device)] = f"session {ended.get(s.device, 'interrupted')} (run {run.run_id})"
-    compact_night(history, night)
-    summary = summarize(history, night, planned, {p.name: rule_of(p) for p in plans}, why)
+    on_start([r.run_id for r in runs])
+    manifests = [r.manifest() for r in runs]
+    planned = [(m.plan.name, s.device) for m in manifests for s in m.sessions]
+    again = resume_command([r.run_id for r in runs], night=night, results=results, history=history, junit=junit,
+                           summary_md=summary_md)
     out_dir = results / "nightly" / night
     junit = junit or out_dir / "junit.xml"
     summary_md = summary_md or out_dir / "summary.md"
-    for path, text in ((junit, junit_xml(summary)), (summary_md, markdown(summary))):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-    return NightlyOutcome(summary=summary, run_ids=run_ids, junit_path=junit, summary_path=summary_md)
+    write_reports(unfinished(night, planned, f"night {night} is running (runs {', '.join(r.run_id for r in runs)}); "
+                                             f"if it was stopped, finish it with: {again}"), junit, summary_md)
+    try:
+        why: dict[tuple[str, str], str] = {}
+        for run in runs:
+            outcome = await core.execute(run)
+            append_history(history, night, history_rows(outcome.trials, outcome.manifest),
+                           night_rows(outcome.verdicts, outcome.manifest))
+            ended = {d: s.reason for d, s in stops(run.records()).items()}
+            for s in outcome.manifest.sessions:
+                why[(outcome.manifest.plan.name, s.device)] = (
+                    f"session {ended.get(s.device, 'interrupted')} (run {run.run_id})")
+        compact_night(history, night)
+        summary = summarize(history, night, planned, {m.plan.name: rule_of(m.plan) for m in manifests}, why)
+    except BaseException as exc:
+        import asyncio
+        import traceback
+
+        stopped = isinstance(exc, KeyboardInterrupt | asyncio.CancelledError)
+        what = "was interrupted" if stopped else f"failed: {type(exc).__name__}: {str(exc).strip() or '-'}"
+        detail = "" if stopped else "\n```\n" + "".join(traceback.format_exception(exc)) + "```\n"
+        with contextlib.suppress(Exception):  # never hide the failure behind one writing its report
+            write_reports(unfinished(night, planned, f"night {night} {what.splitlines()[0]}; finish it with: {again}"),
+                          junit, summary_md, detail)
+        raise
+    write_reports(summary, junit, summary_md)
+    return NightlyOutcome(summary=summary, run_ids=[r.run_id for r in runs], junit_path=junit,
+                          summary_path=summary_md)
