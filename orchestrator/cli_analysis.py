@@ -1,6 +1,6 @@
 """`orch audit | rank | nightly | export-tuning | report`: what the runs are for. Parse, call, print.
 
-Exit codes: 0 ok, 1 nightly alarm, 2 bad input.
+Exit codes: 0 ok, 1 nightly alarm, 2 bad input, 3 the machine refused or the night failed (one line says why).
 """
 
 from __future__ import annotations
