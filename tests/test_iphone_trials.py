@@ -236,3 +236,33 @@ def test_a_tunnel_that_cannot_open_is_launch_failed_with_its_fix(tmp_path: Path)
         assert failure.detail == "set `tunnel: tunneld`" and phone.launches == []
 
     on_phone(tmp_path, body)
+
+
+def test_a_running_trial_is_not_disturbed_by_polling(tmp_path: Path) -> None:
+    """While the app runs the host listens (sentinel, termination notice) and reads nothing from the
+    phone's disk; the only call is isRunningPid, once per poll_s (here very short, to count them)."""
+    async def body(device: Any, phone: FakePhone, _c: Any) -> None:
+        phone.per_token_s = 0.1  # a trial of a second or more
+        fs = phone.containers[HARNESS]
+        launched = asyncio.get_running_loop().create_task(device.run_trial(spec(), 30))
+        while not phone.running:
+            await asyncio.sleep(0.001)
+        await asyncio.sleep(0.05)
+        looks, checks = len(fs.seen), phone.liveness_checks
+        await asyncio.sleep(0.4)  # the app is still running
+        assert phone.running and len(fs.seen) == looks, fs.seen[looks:]
+        assert phone.liveness_checks - checks <= 0.4 / 0.05 + 1
+        assert isinstance(await launched, TrialResult)
+
+    on_phone(tmp_path, body, poll_s=0.05)
+
+
+def test_an_app_that_dies_silently_is_noticed_by_the_liveness_check(tmp_path: Path) -> None:
+    """No termination notice (a lost DVT message): the isRunningPid check every poll_s still ends the wait."""
+    async def body(device: Any, phone: FakePhone, _c: Any) -> None:
+        phone.modes[HARNESS], phone.termination_notices = "exit0", False
+        failure = await device.run_trial(spec(), 30)
+        assert isinstance(failure, TrialFailure) and failure.kind == "crashed", failure
+        assert phone.liveness_checks >= 1
+
+    on_phone(tmp_path, body, poll_s=0.05)

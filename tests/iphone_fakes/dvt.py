@@ -49,6 +49,7 @@ class PhoneDeviceInfo(DTXService):
     @dtx_on_invoke("isRunningPid:")
     async def _running(self, pid: int) -> bool:
         phone: FakePhone = self._ctx["phone"]
+        phone.liveness_checks += 1
         return int(pid) in phone.running
 
 

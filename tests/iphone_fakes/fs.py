@@ -71,6 +71,8 @@ class FakeFs:
         src, dst = self.norm(src), self.norm(dst)
         if src not in self.files or posixpath.dirname(dst) not in self.dirs:
             return OBJECT_NOT_FOUND
+        if dst in self.dirs:  # rename(2) of a file onto a directory fails (EISDIR)
+            return OBJECT_IS_DIR
         self.files[dst] = self.files.pop(src)
         self.mtime[dst] = time.time()
         return OK

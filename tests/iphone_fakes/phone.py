@@ -17,6 +17,7 @@ from pymobiledevice3.lockdown_service_provider import LockdownServiceProvider
 from pymobiledevice3.service_connection import ServiceConnection
 
 from iphone_fakes import dvt, services
+from iphone_fakes import fs as afc_fs
 from iphone_fakes.fs import FakeFs
 
 DVT_SERVICE = "com.apple.instruments.remoteserver.DVTSecureSocketProxy"
@@ -60,6 +61,8 @@ class FakePhone:
         self.launches: list[tuple[str, list[str]]] = []
         self.vended: list[tuple[str, str]] = []
         self.running: set[int] = set()
+        self.liveness_checks = 0  # isRunningPid calls
+        self.termination_notices = True  # False: DVT's termination message is lost
         self.signals: list[tuple[int, int]] = []
         self._tasks: dict[int, asyncio.Task[None]] = {}
         self._writers: list[asyncio.StreamWriter] = []
@@ -132,8 +135,9 @@ class FakePhone:
     async def _exit(self, pc: dvt.PhoneProcessControl, pid: int, code: int | None, sig: int | None) -> None:
         self.running.discard(pid)
         self._tasks.pop(pid, None)
-        with contextlib.suppress(Exception):
-            await pc.terminated(pid, code, sig)
+        if self.termination_notices:
+            with contextlib.suppress(Exception):
+                await pc.terminated(pid, code, sig)
 
     async def _run_app(self, pc: dvt.PhoneProcessControl, bundle: str, pid: int, args: list[str]) -> None:
         try:
@@ -179,7 +183,9 @@ class FakePhone:
             await asyncio.sleep(3600)
         data = b'{"schema_version": 1, "trial_id": \x00\xff' if mode == "garbage" else self.result(spec)
         fs.write(out + ".tmp", data)
-        fs.rename(out + ".tmp", out)
+        if fs.rename(out + ".tmp", out) != afc_fs.OK:  # the app's atomic write failed: no sentinel
+            await self._exit(pc, pid, 1, None)
+            return
         await pc.output(pid, f"loaded {spec['model']}\nHARNESS_DONE {spec['trial_id']} {opts['--out']}\n")
         await self._exit(pc, pid, 0 if b'"ok"' in data else 2, None)
 

@@ -301,7 +301,7 @@ class IphoneDevice(Device):
                 await box.write(spec_at, spec.model_dump_json().encode())
             outcome = await launch_and_wait(
                 developer, box, bundle_id=bundle, arguments=args, result=result_at, token=token,
-                timeout=timeout, poll_s=cfg.poll_s, call_timeout=t,
+                timeout=timeout, liveness_s=cfg.poll_s, call_timeout=t,
             )
             if outcome.kind != "disconnected":
                 for place in (result_at, spec_at):

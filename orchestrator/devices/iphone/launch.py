@@ -1,10 +1,12 @@
 """One launch of an app through DVT process control, waited on until its result file appears.
 
-There is no reliable termination event from DVT: the signal is the result file (written
-atomically by the app) and the sentinel line ``HARNESS_DONE <id> <path>`` on its stdout; between
-them we poll ``isRunningPid:`` so a crash is noticed within one poll, and a launch that outlives
-its timeout is killed and reported as hung. The exit code / signal DVT reports is only logged by
-pymobiledevice3, so `TerminationTap` reads it off that logger (and keeps it off the terminal).
+Measuring must not disturb what is measured: while the app runs, the host waits on what the phone
+pushes anyway — the sentinel line ``HARNESS_DONE <id> <path>`` on the app's stdout (printed after
+the result file is written atomically) and DVT's termination notice — and reads the result file
+once, after either. The termination notice is only logged by pymobiledevice3, so `TerminationTap`
+reads it (exit code, signal) off that logger and keeps it off the terminal. One ``isRunningPid:``
+call every ``liveness_s`` (seconds apart, not a busy poll) covers a notice that never comes; a launch
+that outlives its timeout is killed and reported as hung.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import collections
 import contextlib
 import logging
 import re
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -37,11 +40,13 @@ def _int_or_none(text: str) -> int | None:
 
 
 class TerminationTap(logging.Filter):
-    """Turns pymobiledevice3's "Process with PID ... terminated" log record into data."""
+    """Turns pymobiledevice3's "Process with PID ... terminated" log record into data, and wakes
+    whoever waits on that pid."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.seen: dict[int, tuple[int | None, int | None]] = {}
+        self.seen: dict[int, tuple[int | None, int | None, float]] = {}  # pid -> code, signal, when (monotonic)
+        self._waiters: dict[int, tuple[asyncio.AbstractEventLoop, asyncio.Event]] = {}
 
     def filter(self, record: logging.LogRecord) -> bool:
         m = _TERMINATED.search(record.getMessage())
@@ -49,11 +54,29 @@ class TerminationTap(logging.Filter):
             return True
         if len(self.seen) > 1000:
             self.seen.clear()
-        self.seen[int(m.group(1))] = (_int_or_none(m.group(2)), _int_or_none(m.group(3)))
+        pid = int(m.group(1))
+        self.seen[pid] = (_int_or_none(m.group(2)), _int_or_none(m.group(3)), time.monotonic())
+        if (waiter := self._waiters.get(pid)) is not None:
+            loop, event = waiter
+            loop.call_soon_threadsafe(event.set)
         return False  # consumed: it is a result of ours, not a warning for the terminal
 
+    def watch(self, pid: int, since: float) -> asyncio.Event:
+        """An event set when the termination notice of `pid` arrives (at once if it already has, after
+        `since`, the launch's monotonic time: phones reuse pids, and an earlier process's notice is stale)."""
+        event = asyncio.Event()
+        self._waiters[pid] = (asyncio.get_running_loop(), event)
+        if pid in self.seen:
+            if self.seen[pid][2] >= since:
+                event.set()
+            else:
+                del self.seen[pid]
+        return event
+
     def pop(self, pid: int) -> tuple[int | None, int | None]:
-        return self.seen.pop(pid, (None, None))
+        self._waiters.pop(pid, None)
+        code, sig, _ = self.seen.pop(pid, (None, None, 0.0))
+        return code, sig
 
 
 TAP = TerminationTap()
@@ -110,7 +133,7 @@ class _Output:
 
 async def launch_and_wait(
     developer: LockdownServiceProvider, container: Container, *, bundle_id: str, arguments: list[str],
-    result: Place, token: str, timeout: float, poll_s: float, call_timeout: float,
+    result: Place, token: str, timeout: float, liveness_s: float, call_timeout: float,
 ) -> Outcome:
     """Launch, wait for ``result`` within ``timeout`` (from the launch), kill on hang, never raise."""
     from pymobiledevice3.dtx import DTXNsError
@@ -130,6 +153,7 @@ async def launch_and_wait(
         await call(pc.connect(), call_timeout, "open process control")
         await call(di.connect(), call_timeout, "open device info")
         reader = asyncio.create_task(output.pump(pc), name=f"dvt-output-{token}")
+        since = time.monotonic()
         try:
             pid = await call(pc.launch(bundle_id, arguments=arguments, kill_existing=True), call_timeout, "launch")
         except AssertionError:
@@ -137,8 +161,8 @@ async def launch_and_wait(
         except DTXNsError as exc:
             return Outcome("launch_failed", message=f"the phone refused to launch {bundle_id}: {exc}")
         try:
-            return await _wait(pc, di, container, output, pid, result, loop.time() + timeout, timeout, poll_s,
-                               call_timeout)
+            return await _wait(pc, di, container, output, pid, result, loop.time() + timeout, timeout, liveness_s,
+                               call_timeout, since)
         except BadResultFile as exc:
             return Outcome("bad_file", message=str(exc), pid=pid, output=list(output.lines))
         except Exception as exc:  # after the launch, any transport fault means the phone went away
@@ -156,35 +180,45 @@ async def launch_and_wait(
 
 async def _wait(
     pc: Any, di: Any, container: Container, output: _Output, pid: int, result: Place, deadline: float,
-    timeout: float, poll_s: float, call_timeout: float,
+    timeout: float, liveness_s: float, call_timeout: float, since: float,
 ) -> Outcome:
     loop = asyncio.get_running_loop()
-    while True:
-        if output.done.is_set() or await container.exists(result):
-            raw = await container.read(result)
-            if raw is not None:
-                return Outcome("done", raw=raw, pid=pid, output=list(output.lines))
-        if not await call(di.is_running_pid(pid), call_timeout, "is the app running"):
-            raw = await container.read(result)  # written, then the app exited between our looks
-            if raw is not None:
-                return Outcome("done", raw=raw, pid=pid, output=list(output.lines))
-            await asyncio.sleep(0)  # let a termination notice already on the wire be logged
-            code, sig = TAP.pop(pid)
-            return Outcome("exited", pid=pid, exit_code=code, signal=sig, output=list(output.lines))
-        if output.closed.is_set():
-            return Outcome("disconnected", message="the DVT connection closed", pid=pid, output=list(output.lines))
-        remaining = deadline - loop.time()
-        if remaining <= 0:
-            note = ""
-            try:
-                await call(pc.kill(pid), call_timeout, "kill")
-            except Exception as exc:
-                note = f"; kill failed: {exc}"
-            TAP.pop(pid)
-            return Outcome("hung", message=f"no result after {timeout:g} s; killed{note}", pid=pid,
-                           output=list(output.lines))
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(_first(output.done, output.closed), min(poll_s, remaining))
+    ended = TAP.watch(pid, since)
+    try:
+        next_look = loop.time() + liveness_s
+        while True:
+            if output.done.is_set():
+                raw = await container.read(result)
+                if raw is not None:
+                    return Outcome("done", raw=raw, pid=pid, output=list(output.lines))
+            if not ended.is_set() and loop.time() >= next_look:
+                next_look = loop.time() + liveness_s
+                if not await call(di.is_running_pid(pid), call_timeout, "is the app running"):
+                    await asyncio.sleep(0)  # let a termination notice already on the wire be logged
+                    ended.set()
+            if ended.is_set():
+                raw = await container.read(result)  # written, then the app exited
+                if raw is not None:
+                    return Outcome("done", raw=raw, pid=pid, output=list(output.lines))
+                code, sig = TAP.pop(pid)
+                return Outcome("exited", pid=pid, exit_code=code, signal=sig, output=list(output.lines))
+            if output.closed.is_set():
+                return Outcome("disconnected", message="the DVT connection closed", pid=pid,
+                               output=list(output.lines))
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                note = ""
+                try:
+                    await call(pc.kill(pid), call_timeout, "kill")
+                except Exception as exc:
+                    note = f"; kill failed: {exc}"
+                return Outcome("hung", message=f"no result after {timeout:g} s; killed{note}", pid=pid,
+                               output=list(output.lines))
+            wake = (ended, output.closed) if output.done.is_set() else (output.done, ended, output.closed)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(_first(*wake), max(0.0, min(next_look - loop.time(), remaining)))
+    finally:
+        TAP.pop(pid)
 
 
 def _is_transport_fault(exc: BaseException) -> bool:
