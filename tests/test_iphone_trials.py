@@ -266,3 +266,17 @@ def test_an_app_that_dies_silently_is_noticed_by_the_liveness_check(tmp_path: Pa
         assert phone.liveness_checks >= 1
 
     on_phone(tmp_path, body, poll_s=0.05)
+
+
+def test_a_refused_house_arrest_is_not_blamed_on_the_disk_image(tmp_path: Path) -> None:
+    """Only a developer service refusing to start means the developer disk image is missing."""
+    async def body(device: Any, phone: FakePhone, _c: Any) -> None:
+        phone.refused = {"com.apple.mobile.house_arrest"}
+        failure = await device.run_trial(spec(), 30)
+        assert isinstance(failure, TrialFailure) and failure.kind == "launch_failed", failure
+        assert "mounter" not in (failure.detail or ""), failure
+        phone.refused = {"com.apple.instruments.remoteserver.DVTSecureSocketProxy"}
+        failure = await device.run_trial(spec("phone-0002"), 30)
+        assert isinstance(failure, TrialFailure) and "mounter auto-mount" in (failure.detail or ""), failure
+
+    on_phone(tmp_path, body)

@@ -114,6 +114,10 @@ class _Client:
     async def close(self) -> None:
         self.closed = True
 
+    async def start_lockdown_service(self, name: str) -> Any:
+        """As a real iOS 17+ phone answers a DVT start over lockdown."""
+        raise pmd.InvalidServiceError("InvalidService", "u", self.product_version)
+
 
 def cfg(**over: Any) -> IphoneDeviceConfig:
     return IphoneDeviceConfig.model_validate({"id": "p", "kind": "iphone", "udid": "00008140-000A", **over})
@@ -201,3 +205,47 @@ def test_tunneld_addresses() -> None:
     assert connect.parse_address("[::1]:49151") == ("::1", 49151)
     with pytest.raises(ValueError):
         connect.parse_address("localhost")
+
+
+def _connector(**over: Any) -> connect.UsbConnector:
+    fields: dict[str, Any] = {"id": "p", "kind": "iphone", "udid": "00008140-000A1B2C3D4E001E", **over}
+    return connect.UsbConnector(IphoneDeviceConfig.model_validate(fields))
+
+
+def test_a_tunneld_tunnel_that_cannot_be_connected_is_tunnel_unavailable(monkeypatch: pytest.MonkeyPatch) -> None:
+    """pymobiledevice3 skips a tunnel whose RSD connect failed and then indexes an empty list."""
+    from pymobiledevice3.tunneld import api
+
+    c = _connector(tunnel="tunneld")
+
+    async def tunnels(address: Any) -> dict[str, Any]:
+        return {c.cfg.udid: [{"tunnel-address": "fd00::1", "tunnel-port": 1}]}
+
+    async def by_udid(udid: str, address: Any) -> Any:
+        return [][0]
+
+    monkeypatch.setattr(api, "get_tunneld_tunnels", tunnels)
+    monkeypatch.setattr(api, "get_tunneld_device_by_udid", by_udid)
+    with pytest.raises(DeviceUnavailable) as err:
+        asyncio.run(c._tunneld())
+    assert err.value.state == "tunnel_unavailable" and "could not be connected" in str(err.value)
+
+
+@pytest.mark.parametrize(("serves", "via"), [(True, "lockdown"), (False, "tunnel")])
+def test_ios_17_and_later_uses_dvt_over_lockdown_where_the_phone_serves_it(serves: bool, via: str) -> None:
+    """A real iOS 17+ phone refuses DVT over lockdown (InvalidService): then, and only then, the tunnel."""
+    from iphone_fakes import FakePhone
+    from iphone_fakes.phone import FakeLockdown
+
+    phone = FakePhone(ios="18.2")
+    phone.ddi_mounted = serves  # the fake refuses developer services with InvalidService when unmounted
+    c = _connector()
+    c._lockdown = FakeLockdown(phone)
+    tunnel = object()
+
+    async def userspace() -> Any:
+        return tunnel
+
+    c._userspace = userspace  # type: ignore[method-assign]
+    got = asyncio.run(c.developer())
+    assert (got is c._lockdown) if via == "lockdown" else (got is tunnel)

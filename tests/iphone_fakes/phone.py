@@ -46,6 +46,7 @@ class FakePhone:
         self.locked = False
         self.developer_mode = True
         self.ddi_mounted = True
+        self.refused: set[str] = set()  # services whose start the phone refuses (StartServiceError)
         self.battery: dict[str, Any] = {"Temperature": 3050, "IsCharging": False, "ExternalConnected": True,
                                         "CurrentCapacity": 80}
         self.thermal = "nominal"
@@ -98,6 +99,8 @@ class FakePhone:
             raise pmd.PasswordRequiredError("The device is protected with a passcode. Unlock it and try again.")
         if name.removesuffix(".shim.remote") in DEVELOPER_SERVICES and not self.ddi_mounted:
             raise pmd.InvalidServiceError("InvalidService", self.udid, self.ios)
+        if name.removesuffix(".shim.remote") in self.refused:
+            raise pmd.StartServiceError(name, "ServiceProhibited")
 
     async def connect(self, name: str) -> ServiceConnection:
         self.check(name)

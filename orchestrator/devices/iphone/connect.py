@@ -62,6 +62,7 @@ class UsbConnector:
         self._lockdown: Any = None
         self._rsd: Any = None
         self._tunnel: Any = None
+        self._dvt_over_lockdown: bool | None = None
 
     async def lockdown(self) -> LockdownServiceProvider:
         if self._lockdown is not None:
@@ -89,12 +90,32 @@ class UsbConnector:
         return client
 
     async def developer(self) -> LockdownServiceProvider:
+        """Lockdown itself where the phone serves DVT over it (before iOS 17, and wherever it does not
+        refuse the service); on `InvalidService` (a real iOS 17+ phone) an RSD through a tunnel, as
+        pymobiledevice3's own CLI retries."""
         lockdown = await self.lockdown()
         if not developer_needs_tunnel(lockdown.product_version):
+            return lockdown
+        if self._dvt_over_lockdown is None:
+            self._dvt_over_lockdown = await self._serves_dvt(lockdown)
+        if self._dvt_over_lockdown:
             return lockdown
         if self._rsd is None:
             self._rsd = await (self._tunneld() if self.cfg.tunnel == "tunneld" else self._userspace())
         return self._rsd
+
+    async def _serves_dvt(self, lockdown: Any) -> bool:
+        from pymobiledevice3.exceptions import InvalidServiceError
+        from pymobiledevice3.services.dvt.instruments.dvt_provider import DvtProvider
+
+        try:
+            service = await call(lockdown.start_lockdown_service(DvtProvider.SERVICE_NAME), self.cfg.connect_timeout_s,
+                                 "ask for DVT over lockdown")
+        except InvalidServiceError:
+            return False
+        with contextlib.suppress(Exception):
+            await call(service.close(), self.cfg.call_timeout_s, "close the DVT probe")
+        return True
 
     async def _tunneld(self) -> Any:
         from pymobiledevice3.tunneld.api import get_tunneld_device_by_udid, get_tunneld_tunnels
@@ -103,7 +124,14 @@ class UsbConnector:
         tunnels = await call(get_tunneld_tunnels(address), t, "ask tunneld for its tunnels")
         rsd = None
         if udid in tunnels:  # tunneld just answered: its blocking lookup inside is quick now
-            rsd = await call(get_tunneld_device_by_udid(udid, address), t, "connect through tunneld")
+            try:
+                rsd = await call(get_tunneld_device_by_udid(udid, address), t, "connect through tunneld")
+            except IndexError:  # tunneld lists the tunnel, but connecting through it failed (skipped inside)
+                raise DeviceUnavailable(
+                    f"{self.cfg.id}: tunneld at {address[0]}:{address[1]} lists a tunnel for {udid} but it "
+                    "could not be connected", fix="replug the phone; if it persists restart tunneld",
+                    state="tunnel_unavailable",
+                ) from None
         if rsd is None:
             raise DeviceUnavailable(
                 f"{self.cfg.id}: tunneld at {address[0]}:{address[1]} has no tunnel for {udid}",
@@ -139,7 +167,7 @@ class UsbConnector:
     async def reset(self) -> None:
         global _userspace_holder
         rsd, tunnel, lockdown = self._rsd, self._tunnel, self._lockdown
-        self._rsd = self._tunnel = self._lockdown = None
+        self._rsd = self._tunnel = self._lockdown = self._dvt_over_lockdown = None
         t = self.cfg.call_timeout_s
         if tunnel is not None:
             with contextlib.suppress(Exception):

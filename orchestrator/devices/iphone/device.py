@@ -28,7 +28,7 @@ from orchestrator.devices.iphone.chips import chip_class, model_name
 from orchestrator.devices.iphone.connect import Connector, UsbConnector
 from orchestrator.devices.iphone.container import Container
 from orchestrator.devices.iphone.crash import latest_crash
-from orchestrator.devices.iphone.errors import call, fixes, opened, unavailable
+from orchestrator.devices.iphone.errors import call, developer_service, fixes, opened, unavailable
 from orchestrator.devices.iphone.launch import Outcome, launch_and_wait
 from orchestrator.devices.iphone.paths import (
     Place,
@@ -264,7 +264,7 @@ class IphoneDevice(Device):
         try:
             return await self._run_trial(spec, timeout)
         except Exception as exc:  # the boundary's promise: a typed failure, never an exception
-            err = self._unavailable(exc, "trial", developer=True)
+            err = self._unavailable(exc, "trial")  # developer-service faults carry their own mark
             if err.state == "not_connected":
                 await self.connector.reset()
                 return TrialFailure(kind="disconnected", message=str(err), detail=err.fix)
@@ -293,7 +293,8 @@ class IphoneDevice(Device):
         """Push the spec (if any), launch, wait, clean up. Faults before the launch raise."""
         cfg, t = self.cfg, self.cfg.call_timeout_s
         lockdown = await self.connector.lockdown()
-        developer = await self.connector.developer()
+        with developer_service():
+            developer = await self.connector.developer()
         async with Container(lockdown, bundle, documents_only=cfg.documents_only, timeout=t) as box:
             await box.remove(result_at)  # a stale result from an earlier attempt must never count
             spec_at = spec_place(spec.trial_id) if spec is not None else None

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Iterator
 from typing import Any, TypeVar
 
 from pymobiledevice3 import exceptions as pmd
@@ -63,12 +63,33 @@ def fixes(udid: str) -> dict[HealthState, str]:
     }
 
 
+DEVELOPER_NOTE = "orch: raised while starting a developer service"
+
+
+@contextlib.contextmanager
+def developer_service() -> Iterator[None]:
+    """Marks what is raised inside as a developer-service fault (DVT): only there does a refused
+    service start mean the developer disk image is not mounted (house_arrest refusing is not that)."""
+    try:
+        yield
+    except Exception as exc:
+        if DEVELOPER_NOTE not in getattr(exc, "__notes__", ()):
+            exc.add_note(DEVELOPER_NOTE)
+        raise
+
+
+def from_developer_service(exc: BaseException) -> bool:
+    return DEVELOPER_NOTE in getattr(exc, "__notes__", ())
+
+
 def classify(exc: BaseException, *, developer: bool = False) -> HealthState:
     """The health state an exception from pymobiledevice3 (or the transport under it) means.
 
     ``developer``: the call started a developer service (DVT, crash mover), where a refused start
-    means the developer disk image is not mounted.
+    means the developer disk image is not mounted; an exception raised under `developer_service`
+    counts as one too.
     """
+    developer = developer or from_developer_service(exc)
     if isinstance(exc, pmd.PasswordRequiredError | pmd.PasscodeRequiredError):
         return "locked"
     if isinstance(

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from orchestrator.devices.iphone.container import BadResultFile, Container
-from orchestrator.devices.iphone.errors import DeviceTimeout, call
+from orchestrator.devices.iphone.errors import DeviceTimeout, call, developer_service
 from orchestrator.devices.iphone.paths import Place
 
 if TYPE_CHECKING:
@@ -148,10 +148,11 @@ async def launch_and_wait(
     reader: asyncio.Task[None] | None = None
     try:
         # Faults before the launch propagate: the caller knows what a refused DVT start means.
-        await call(dvt.connect(), call_timeout, "connect to DVT")
-        pc, di = ProcessControl(dvt), DeviceInfo(dvt)
-        await call(pc.connect(), call_timeout, "open process control")
-        await call(di.connect(), call_timeout, "open device info")
+        with developer_service():
+            await call(dvt.connect(), call_timeout, "connect to DVT")
+            pc, di = ProcessControl(dvt), DeviceInfo(dvt)
+            await call(pc.connect(), call_timeout, "open process control")
+            await call(di.connect(), call_timeout, "open device info")
         reader = asyncio.create_task(output.pump(pc), name=f"dvt-output-{token}")
         since = time.monotonic()
         try:
