@@ -280,3 +280,29 @@ def test_a_refused_house_arrest_is_not_blamed_on_the_disk_image(tmp_path: Path) 
         assert isinstance(failure, TrialFailure) and "mounter auto-mount" in (failure.detail or ""), failure
 
     on_phone(tmp_path, body)
+
+
+def test_a_crash_report_written_after_the_death_is_still_found(tmp_path: Path) -> None:
+    async def body(device: Any, phone: FakePhone, _c: Any) -> None:
+        phone.modes[HARNESS], phone.report_delay_s = "crash", 1.2
+        failure = await device.run_trial(spec(), 30)
+        assert isinstance(failure, TrialFailure) and failure.kind == "crashed", failure
+        assert "EXC_BAD_ACCESS" in (failure.detail or ""), failure
+
+    on_phone(tmp_path, body)
+
+
+def test_a_memory_kill_says_so(tmp_path: Path) -> None:
+    """Jetsam kills with SIGKILL and writes JetsamEvent-*.ips naming the process, not <Process>-*.ips."""
+    async def body(device: Any, phone: FakePhone, _c: Any) -> None:
+        phone.modes[HARNESS], phone.report_delay_s = "oom", 0.6
+        failure = await device.run_trial(spec(), 30)
+        assert isinstance(failure, TrialFailure) and failure.kind == "crashed", failure
+        assert "signal 9" in failure.message
+        assert "killed by the OS for memory (jetsam reason: per-process-limit, 2560 MiB resident)" in (
+            failure.detail or ""), failure
+        phone.modes[HARNESS] = "exit0"  # the same report is not blamed for the next launch
+        again = await device.run_trial(spec("phone-0002"), 30)
+        assert isinstance(again, TrialFailure) and "jetsam" not in (again.detail or "")
+
+    on_phone(tmp_path, body)

@@ -249,3 +249,16 @@ def test_ios_17_and_later_uses_dvt_over_lockdown_where_the_phone_serves_it(serve
     c._userspace = userspace  # type: ignore[method-assign]
     got = asyncio.run(c.developer())
     assert (got is c._lockdown) if via == "lockdown" else (got is tunnel)
+
+
+def test_a_jetsam_report_is_attributed_only_to_the_process_it_killed() -> None:
+    from iphone_fakes.dvt import jetsam_report
+
+    from orchestrator.devices.iphone.crash import jetsam_reason
+
+    raw = jetsam_report("HarnessApp", pages=1000)
+    why = jetsam_reason(raw, "HarnessApp")
+    assert why == "killed by the OS for memory (jetsam reason: per-process-limit, 16 MiB resident)"
+    assert jetsam_reason(raw, "SpringBoard") is None  # listed, not killed
+    assert jetsam_reason(raw, "Other") is None
+    assert jetsam_reason(b"not a report", "HarnessApp") is None

@@ -77,6 +77,16 @@ def crash_report(process: str, exception: str = "EXC_BAD_ACCESS", signal: str = 
     return (json.dumps(meta) + "\n" + json.dumps(body)).encode()
 
 
+def jetsam_report(process: str, pages: int = 163840) -> bytes:
+    """A JetsamEvent .ips (bug_type 298): every process listed, the killed one with its reason."""
+    meta = {"bug_type": "298", "timestamp": "2026-01-01 00:00:00.00 +0000", "incident_id": "J"}
+    body = {"pageSize": 16384, "largestProcess": process, "processes": [
+        {"name": "SpringBoard", "rpages": 9000, "pid": 34},
+        {"name": process, "rpages": pages, "pid": 900, "reason": "per-process-limit"},
+    ]}
+    return (json.dumps(meta) + "\n" + json.dumps(body)).encode()
+
+
 def app_path(argument: str) -> str | None:
     """The app shell's rule: paths are relative to Documents and stay inside it."""
     if argument.startswith("/") or ".." in argument.split("/"):

@@ -36,7 +36,7 @@ def make_ipa(path: Path, bundle_id: str, version: str = "1.0", build: str = "1",
 class FakePhone:
     """State a test sets, and the behaviour of the harness app on it.
 
-    ``mode`` of an app: ``ok`` | ``crash`` | ``hang`` | ``garbage`` | ``exit0`` | ``unplug``.
+    ``mode`` of an app: ``ok`` | ``crash`` | ``oom`` | ``hang`` | ``garbage`` | ``exit0`` | ``unplug``.
     """
 
     def __init__(self, udid: str = "00008140-000A1B2C3D4E5F60", product_type: str = "iPhone17,1",
@@ -64,6 +64,7 @@ class FakePhone:
         self.running: set[int] = set()
         self.liveness_checks = 0  # isRunningPid calls
         self.termination_notices = True  # False: DVT's termination message is lost
+        self.report_delay_s = 0.0  # how long after a death its crash report appears
         self.signals: list[tuple[int, int]] = []
         self._tasks: dict[int, asyncio.Task[None]] = {}
         self._writers: list[asyncio.StreamWriter] = []
@@ -155,9 +156,14 @@ class FakePhone:
         fs, mode = self.containers[bundle], self.modes.get(bundle, "ok")
         process = self.apps[bundle].get("CFBundleExecutable", "HarnessApp")
         await asyncio.sleep(0.001)
-        if mode == "crash":
-            self.crashes.write(f"/{process}-2026-01-01-000000.ips", dvt.crash_report(process))
-            await self._exit(pc, pid, None, 11)
+        if mode in ("crash", "oom"):  # ReportCrash writes the report a moment after the death
+            name, report = ((f"/{process}-2026-01-01-000000.ips", dvt.crash_report(process)) if mode == "crash"
+                            else ("/JetsamEvent-2026-01-01-000000.ips", dvt.jetsam_report(process)))
+            if self.report_delay_s:
+                asyncio.get_running_loop().call_later(self.report_delay_s, self.crashes.write, name, report)
+            else:
+                self.crashes.write(name, report)
+            await self._exit(pc, pid, None, 11 if mode == "crash" else 9)
             return
         if mode == "exit0":
             await self._exit(pc, pid, 0, None)

@@ -1,13 +1,20 @@
-"""The crash report of a launch that died: the newest ``<Process>-*.ips`` written since it started.
+"""Why a launch died: the newest ``<Process>-*.ips`` crash report written since it started, or a
+``JetsamEvent-*.ips`` that names the process (the OS killed it for memory: the likely end of an LLM
+that does not fit).
 
-Reports are chosen by the file's modification time on the phone (epoch seconds, so no time zone
-guesswork), allowing for clock skew between phone and host (both normally on NTP).
+ReportCrash writes a report a moment after the process dies, so the reports are looked for again
+for up to ``wait_s``. Reports are chosen by the file's modification time on the phone (epoch
+seconds, so no time zone guesswork), allowing for clock skew between phone and host (both normally
+on NTP).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import json
 import posixpath
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.devices.iphone.errors import call
@@ -17,13 +24,16 @@ if TYPE_CHECKING:
 
 CLOCK_SKEW_S = 120.0
 MAX_DETAIL = 2000
+LOOK_AGAIN_S = 0.5
+JETSAM = "JetsamEvent"
 
 
 async def latest_crash(
     provider: LockdownServiceProvider, process_name: str, since_wall: float, timeout: float,
-    seen: set[str] | None = None,
+    seen: set[str] | None = None, *, wait_s: float = 0.0, sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
 ) -> str | None:
-    """A short summary of the newest crash report for ``process_name`` since ``since_wall``, or None.
+    """A short summary of the newest crash or memory-kill report for ``process_name`` since
+    ``since_wall``, looked for again every `LOOK_AGAIN_S` for up to ``wait_s``; None if none came.
 
     ``seen``: reports already attributed to an earlier launch (updated here), never attributed twice.
     """
@@ -31,22 +41,38 @@ async def latest_crash(
 
     seen = set() if seen is None else seen
     manager = CrashReportsManager(provider)
+    waited = 0.0
     try:
-        with contextlib.suppress(Exception):  # move pending reports into place; failing, nothing is new
-            await _flush(provider, manager.crash_mover_service_name, timeout)
-        newest = await call(_newest(manager, process_name, since_wall - CLOCK_SKEW_S, seen), timeout,
-                            "list crash reports")
-        if newest is None:
-            return None
+        while True:
+            found = await _look(provider, manager, process_name, since_wall - CLOCK_SKEW_S, timeout, seen)
+            if found is not None or waited >= wait_s:
+                return found
+            await sleep(LOOK_AGAIN_S)
+            waited += LOOK_AGAIN_S
+    finally:
+        with contextlib.suppress(Exception):
+            await call(manager.aclose(), timeout, "close crash reports")
+
+
+async def _look(
+    provider: LockdownServiceProvider, manager: Any, process_name: str, since: float, timeout: float, seen: set[str]
+) -> str | None:
+    with contextlib.suppress(Exception):  # move pending reports into place; failing, nothing is new
+        await _flush(provider, manager.crash_mover_service_name, timeout)
+    newest = await call(_newest(manager, process_name, since, seen), timeout, "list crash reports")
+    if newest is not None:
         seen.add(newest)
         try:
             report = await call(manager.parse(newest), timeout, f"read {newest}")
         except Exception as exc:  # unparseable: say which report, so a person can pull it
             return f"{posixpath.basename(newest)} (unreadable: {exc})"
         return summarize(posixpath.basename(newest), report)
-    finally:
-        with contextlib.suppress(Exception):
-            await call(manager.aclose(), timeout, "close crash reports")
+    for name in await call(_newest_all(manager, JETSAM, since, seen), timeout, "list memory reports"):
+        raw = await call(manager.afc.get_file_contents(name), timeout, f"read {name}")
+        if (why := jetsam_reason(raw, process_name)) is not None:
+            seen.add(name)
+            return f"{posixpath.basename(name)}: {why}"
+    return None
 
 
 async def _flush(provider: LockdownServiceProvider, mover: str, timeout: float) -> None:
@@ -60,7 +86,13 @@ async def _flush(provider: LockdownServiceProvider, mover: str, timeout: float) 
 
 
 async def _newest(manager: Any, process_name: str, since: float, seen: set[str]) -> str | None:
-    best: tuple[float, str] | None = None
+    found = await _newest_all(manager, process_name, since, seen)
+    return found[0] if found else None
+
+
+async def _newest_all(manager: Any, process_name: str, since: float, seen: set[str]) -> list[str]:
+    """Reports named ``<process_name>-*`` or ``<process_name>.*`` since ``since``, newest first."""
+    found: list[tuple[float, str]] = []
     async for entry in manager.afc.dirlist("/", depth=1):
         name = posixpath.basename(entry)
         if entry in seen or not (name.startswith(process_name + "-") or name.startswith(process_name + ".")):
@@ -69,9 +101,28 @@ async def _newest(manager: Any, process_name: str, since: float, seen: set[str])
         if stat.get("st_ifmt") != "S_IFREG":
             continue
         mtime = stat["st_mtime"].timestamp()
-        if mtime >= since and (best is None or mtime > best[0]):
-            best = (mtime, entry)
-    return best[1] if best else None
+        if mtime >= since:
+            found.append((mtime, entry))
+    return [entry for _, entry in sorted(found, reverse=True)]
+
+
+def jetsam_reason(raw: bytes, process_name: str) -> str | None:
+    """What a JetsamEvent report says about ``process_name``: killed for memory, and why; None if it
+    does not name the process as killed. The report is a JSON header line, then a JSON body whose
+    ``processes`` lists every process, the killed ones with a ``reason``."""
+    try:
+        body = json.loads(raw.split(b"\n", 1)[1])
+        processes = body.get("processes", [])
+    except (IndexError, ValueError, AttributeError):
+        return None
+    page = body.get("pageSize", 16384) if isinstance(body, dict) else 16384
+    for proc in processes if isinstance(processes, list) else []:
+        if not isinstance(proc, dict) or proc.get("name") != process_name or not proc.get("reason"):
+            continue
+        pages = proc.get("rpages")
+        footprint = f", {pages * page / 2**20:.0f} MiB resident" if isinstance(pages, int) else ""
+        return f"killed by the OS for memory (jetsam reason: {proc['reason']}{footprint})"
+    return None
 
 
 def summarize(name: str, report: Any) -> str:

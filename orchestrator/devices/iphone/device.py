@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from pymobiledevice3.lockdown_service_provider import LockdownServiceProvider
 
 PROBE_TIMEOUT_S = 30.0
+CRASH_REPORT_WAIT_S = 10.0  # ReportCrash writes the .ips a moment after the death; memory kills take longest
 
 
 class IphoneDevice(Device):
@@ -332,7 +333,9 @@ class IphoneDevice(Device):
             if bundle != self.cfg.bundle_id:  # a competitor app: its executable names its reports
                 app = (await inst.installed_apps(lockdown, [bundle], self.cfg.call_timeout_s)).get(bundle, {})
                 process = str(app.get("CFBundleExecutable") or bundle.rsplit(".", 1)[-1])
-            crash = await latest_crash(lockdown, process, started, self.cfg.call_timeout_s, self._crashes_seen)
+            died = outcome.signal or outcome.exit_code is None  # killed: a report is likely on its way
+            crash = await latest_crash(lockdown, process, started, self.cfg.call_timeout_s, self._crashes_seen,
+                                       wait_s=CRASH_REPORT_WAIT_S if died else 0.0, sleep=self.clock.sleep)
         how = (f"signal {outcome.signal}" if outcome.signal else
                f"exit code {outcome.exit_code}" if outcome.exit_code is not None else "unknown status")
         message = f"app exited ({how}) without writing a result"
