@@ -136,3 +136,16 @@ def test_the_phone_refusing_an_install_is_device_unavailable_with_its_reason(tmp
         assert not (await device.prepare(Artifacts())).skipped
 
     run(main())
+
+
+def test_a_phone_older_than_the_apps_minimum_ios_is_told_so_before_installing(tmp_path: Path) -> None:
+    async def main() -> None:
+        phone = FakePhone(ios="17.5")  # the harness app targets iOS 18 (Metal mathMode)
+        device, _ = make_device(phone, tmp_path)
+        with pytest.raises(DeviceUnavailable, match=r"needs iOS 18\.0 or later .* this phone runs iOS 17\.5") as exc:
+            await device.prepare(Artifacts())
+        assert "update the phone to iOS 18.0" in (exc.value.fix or "") and phone.installs == []
+        older = make_ipa(tmp_path / "old.ipa", HARNESS, minimum_os="17.0")
+        assert not (await device.prepare(Artifacts(harness=str(older)))).skipped
+
+    run(main())

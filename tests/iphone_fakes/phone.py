@@ -24,9 +24,10 @@ DVT_SERVICE = "com.apple.instruments.remoteserver.DVTSecureSocketProxy"
 DEVELOPER_SERVICES = (DVT_SERVICE, "com.apple.crashreportmover")
 
 
-def make_ipa(path: Path, bundle_id: str, version: str = "1.0", build: str = "1", process: str = "HarnessApp") -> Path:
+def make_ipa(path: Path, bundle_id: str, version: str = "1.0", build: str = "1", process: str = "HarnessApp",
+             minimum_os: str = "18.0") -> Path:
     info = {"CFBundleIdentifier": bundle_id, "CFBundleShortVersionString": version, "CFBundleVersion": build,
-            "CFBundleExecutable": process}
+            "CFBundleExecutable": process, "MinimumOSVersion": minimum_os}
     with zipfile.ZipFile(path, "w") as z:
         z.writestr(f"Payload/{process}.app/Info.plist", plistlib.dumps(info, fmt=plistlib.FMT_BINARY))
         z.writestr(f"Payload/{process}.app/{process}", b"\xcf\xfa\xed\xfe" + bytes([version.__len__()]))

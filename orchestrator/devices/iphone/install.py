@@ -19,6 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from packaging.version import InvalidVersion, Version
+
+from orchestrator.devices.base import DeviceUnavailable
 from orchestrator.devices.iphone.container import Container
 from orchestrator.devices.iphone.errors import call, opened
 from orchestrator.devices.iphone.paths import check_bundle_id, marker_place
@@ -52,8 +55,8 @@ def sha256_of(path: Path) -> str:
     return h.hexdigest()
 
 
-def package_bundle_id(path: Path) -> str:
-    """CFBundleIdentifier from the package's Info.plist (``Payload/X.app/Info.plist`` in an .ipa)."""
+def package_info(path: Path) -> dict[str, Any]:
+    """The package's Info.plist (``Payload/X.app/Info.plist`` in an .ipa)."""
     try:
         if path.is_dir():
             info = plistlib.loads((path / "Info.plist").read_bytes())
@@ -65,10 +68,34 @@ def package_bundle_id(path: Path) -> str:
                 info = plistlib.loads(z.read(names[0]))
     except (OSError, zipfile.BadZipFile, plistlib.InvalidFileException) as exc:
         raise PackageError(f"{path}: not an .ipa or .app: {exc}") from None
-    bundle = info.get("CFBundleIdentifier") if isinstance(info, dict) else None
+    if not isinstance(info, dict):
+        raise PackageError(f"{path}: Info.plist is not a dictionary")
+    return info
+
+
+def package_bundle_id(path: Path) -> str:
+    """CFBundleIdentifier from the package's Info.plist."""
+    bundle = package_info(path).get("CFBundleIdentifier")
     if not isinstance(bundle, str):
         raise PackageError(f"{path}: Info.plist has no CFBundleIdentifier")
     return bundle
+
+
+def check_os(path: Path, product_version: str) -> None:
+    """Refuse, before installing, a package whose MinimumOSVersion the phone's iOS does not reach
+    (installation_proxy would fail with a generic error; the app's target is iOS 18 for Metal's mathMode)."""
+    need = package_info(path).get("MinimumOSVersion")
+    if not isinstance(need, str):
+        return
+    try:
+        too_old = Version(product_version) < Version(need)
+    except InvalidVersion:
+        return
+    if too_old:
+        raise DeviceUnavailable(
+            f"{path.name} needs iOS {need} or later (its MinimumOSVersion); this phone runs iOS {product_version}",
+            fix=f"update the phone to iOS {need} or later, or build the app with a deployment target of "
+                f"iOS {product_version}", state="error")
 
 
 def bundle_version(app: dict[str, Any]) -> str:
@@ -116,6 +143,7 @@ async def installed_apps(lockdown: LockdownServiceProvider, bundle_ids: list[str
 async def install(lockdown: LockdownServiceProvider, package: Path, timeout: float) -> None:
     from pymobiledevice3.services.installation_proxy import InstallationProxyService
 
+    check_os(package, lockdown.product_version)
     with quiet_progress():
         async with opened(InstallationProxyService(lockdown=lockdown), timeout, "installation_proxy") as proxy:
             await call(proxy.install_from_local(package), timeout, f"install {package.name}")
