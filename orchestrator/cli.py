@@ -20,6 +20,7 @@ from typer.core import TyperGroup
 from orchestrator import app as core
 from orchestrator.cli_analysis import register as register_analysis
 from orchestrator.cli_runtimes import register as register_runtimes
+from orchestrator.cli_twin import register as register_twin
 from orchestrator.config.fleet import Fleet
 from orchestrator.config.loader import ConfigError, load_any, load_fleet
 from orchestrator.config.plan import Plan
@@ -225,6 +226,7 @@ def agent() -> None:
 
 register_analysis(app)
 register_runtimes(app)
+register_twin(app)
 
 
 def main() -> None:

@@ -1,0 +1,107 @@
+"""`orch twin serve | make-ipa`: the phone twin, an emulated iPhone that unmodified pymobiledevice3
+reaches through usbmuxd over TCP (docs/twin.md). Parse, call, print.
+
+Exit codes: 0 stopped cleanly (SIGINT/SIGTERM) or the .ipa written, 2 bad input.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shlex
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, NoReturn
+
+import typer
+from pydantic import ValidationError
+from rich.console import Console
+
+twin_app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
+err = Console(stderr=True, width=None if Console().is_terminal else 160)
+
+
+class DeveloperOverLockdown(StrEnum):
+    always = "always"
+    as_ios = "as-ios"
+
+
+def _bad_input(message: str) -> NoReturn:
+    err.print(message, markup=False, highlight=False)
+    raise typer.Exit(2)
+
+
+def default_root(udid: str) -> Path:
+    return Path("~/.cache/orch/twin").expanduser() / udid
+
+
+@twin_app.command("serve")
+def serve(
+    udid: Annotated[str | None, typer.Option(help="UDID, <ChipID:08X>-<ECID:016X>")] = None,
+    ios: Annotated[str, typer.Option(help="iOS version the twin presents (14 and later)")] = "18.2",
+    product_type: Annotated[str, typer.Option(help="ProductType, e.g. iPhone17,1")] = "iPhone17,1",
+    root: Annotated[Path | None, typer.Option(help="State directory (default ~/.cache/orch/twin/<udid>)")] = None,
+    host: Annotated[str, typer.Option(help="Address usbmuxd listens on")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="usbmuxd TCP port (0: any free port)")] = 0,
+    unpaired: Annotated[bool, typer.Option(help="Start untrusted: clients must pair first")] = False,
+    launch: Annotated[str | None, typer.Option(
+        help="Command before the app's arguments ({exe}, {container}); default: '{exe} app --container "
+        "{container} --'")] = None,
+    memory_limit_mb: Annotated[float, typer.Option(help="Jetsam limit on an app's resident memory (0: none)")]
+    = 6144.0,
+    disk_gb: Annotated[float, typer.Option(help="Data partition capacity")] = 128.0,
+    thermal_speed: Annotated[float, typer.Option(help="Thermal model seconds per wall second")] = 1.0,
+    developer_over_lockdown: Annotated[DeveloperOverLockdown, typer.Option(
+        help="'always': DVT over lockdown at any iOS (the twin's stand-in for the iOS 17+ tunnel); 'as-ios': "
+        "refused from iOS 17 as on a phone")] = DeveloperOverLockdown.always,
+) -> None:
+    """Run a twin until Ctrl-C / SIGTERM. Prints USBMUXD_SOCKET_ADDRESS=HOST:PORT when it is ready."""
+    from orchestrator.twin import TwinConfig, serve_forever
+    from orchestrator.twin.config import DEFAULT_LAUNCH, DEFAULT_UDID
+
+    udid = udid or DEFAULT_UDID
+    try:
+        cfg = TwinConfig(
+            root=root or default_root(udid), udid=udid, ios=ios, product_type=product_type, host=host, port=port,
+            paired=not unpaired, launch=tuple(shlex.split(launch)) if launch else DEFAULT_LAUNCH,
+            memory_limit_mb=memory_limit_mb or None, disk_bytes=int(disk_gb * 1e9), thermal_speed=thermal_speed,
+            developer_over_lockdown=developer_over_lockdown.value,
+        )
+    except ValidationError as exc:
+        _bad_input("orch twin serve: " + "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}"
+                                                   for e in exc.errors()))
+
+    def ready(twin: object) -> None:
+        address = getattr(twin, "address", "")
+        print(f"twin {cfg.udid} ({cfg.product_type}, iOS {cfg.ios}) state in {cfg.root}", flush=True)
+        print(f"USBMUXD_SOCKET_ADDRESS={address}", flush=True)
+
+    asyncio.run(serve_forever(cfg, ready))
+
+
+@twin_app.command("make-ipa")
+def make_ipa(
+    executable: Annotated[Path, typer.Argument(help="The app's executable: a Linux harness build")],
+    out: Annotated[Path, typer.Option(help="Where to write the .ipa")],
+    bundle_id: Annotated[str, typer.Option(help="CFBundleIdentifier")] = "dev.orch.harness",
+    name: Annotated[str, typer.Option(help="CFBundleExecutable (names crash reports)")] = "HarnessApp",
+    version: Annotated[str, typer.Option(help="CFBundleShortVersionString")] = "1.0",
+    build: Annotated[str, typer.Option(help="CFBundleVersion")] = "1",
+    minimum_os: Annotated[str, typer.Option(help="MinimumOSVersion")] = "17.0",
+    file_sharing: Annotated[bool, typer.Option(help="UIFileSharingEnabled (VendDocuments)")] = True,
+    development: Annotated[bool, typer.Option(help="Development profile with get-task-allow (VendContainer)")]
+    = True,
+    device: Annotated[list[str] | None, typer.Option(help="UDID the profile lists (repeatable; default: all)")]
+    = None,
+) -> None:
+    """Build the twin's .ipa: Payload/<name>.app with Info.plist, the executable and a profile."""
+    from orchestrator.twin import make_ipa as build_ipa
+
+    if not executable.is_file():
+        _bad_input(f"{executable}: not a file")
+    path = build_ipa(out, executable, bundle_id, name=name, version=version, build=build, minimum_os=minimum_os,
+                     file_sharing=file_sharing, development=development, devices=device)
+    print(path)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(twin_app, name="twin")

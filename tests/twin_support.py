@@ -1,0 +1,132 @@
+"""Helpers for the phone twin's tests: a twin per test on an ephemeral loopback port in the
+test's own directory, pymobiledevice3 (the unmodified CLI or API) pointed at it, and a small
+stand-in app executable for the launch tests."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+from orchestrator.twin import ThreadedTwin, TwinConfig, make_ipa
+
+PMD = Path(sys.executable).with_name("pymobiledevice3")  # the CLI beside the running interpreter
+ORCH = Path(sys.executable).with_name("orch")
+BUNDLE = "dev.orch.harness"
+T = TypeVar("T")
+
+# What the stand-in app does with its arguments (after `app --container DIR --`):
+#   --spec S --out O   write a result to Documents/O, print HARNESS_DONE <id> <path>, exit 0
+#   --say TEXT         print TEXT      --sleep S   sleep      --exit N    exit with N
+#   --signal NAME      kill itself     --alloc MB  hold MB resident, then sleep
+# It always records its argv and environment in Documents/launch.json first.
+APP = textwrap.dedent('''\
+    #!{python} -I -S
+    import json, os, signal, sys, time
+    argv = sys.argv
+    container = argv[argv.index("--container") + 1]
+    args = argv[argv.index("--") + 1:]
+    docs = os.path.join(container, "Documents")
+    os.makedirs(docs, exist_ok=True)
+    with open(os.path.join(docs, "launch.json"), "w") as fh:
+        json.dump({{"argv": argv, "env": dict(os.environ), "cwd": os.getcwd()}}, fh)
+    opts = dict(zip(args[::2], args[1::2]))
+    held = []
+    for key, value in zip(args[::2], args[1::2]):
+        if key == "--say":
+            print(value, flush=True)
+        elif key == "--sleep":
+            time.sleep(float(value))
+        elif key == "--exit":
+            sys.exit(int(value))
+        elif key == "--signal":
+            print("Fatal error: about to die", flush=True)
+            os.kill(os.getpid(), getattr(signal, value))
+            time.sleep(5)
+        elif key == "--alloc":
+            block = bytearray(int(float(value) * 2**20))
+            for i in range(0, len(block), 4096):
+                block[i] = 1
+            held.append(block)
+    if "--spec" in opts:
+        spec = json.load(open(os.path.join(docs, opts["--spec"])))
+        out = os.path.join(docs, opts["--out"])
+        os.makedirs(os.path.dirname(out), exist_ok=True)
+        with open(out + ".tmp", "w") as fh:
+            json.dump({{"trial_id": spec["trial_id"], "ok": True}}, fh)
+        os.replace(out + ".tmp", out)
+        print("HARNESS_DONE", spec["trial_id"], out, flush=True)
+''')
+
+
+def app_executable(directory: Path) -> Path:
+    path = directory / "stand-in-app"
+    path.write_text(APP.format(python=sys.executable))
+    path.chmod(0o755)
+    return path
+
+
+def app_ipa(directory: Path, **over: Any) -> Path:
+    """An .ipa of the stand-in app (development-signed, file sharing on, unless told otherwise)."""
+    fields: dict[str, Any] = {"bundle_id": BUNDLE, "minimum_os": "17.0"}
+    fields.update(over)
+    bundle = fields.pop("bundle_id")
+    name = f"app-{bundle}-{abs(hash(json.dumps(fields, sort_keys=True, default=str)))}.ipa"
+    return make_ipa(directory / name, app_executable(directory), bundle, **fields)
+
+
+@contextmanager
+def running_twin(tmp_path: Path, **over: Any) -> Iterator[ThreadedTwin]:
+    fields: dict[str, Any] = {"root": tmp_path / "twin", "crash_report_delay_s": 30.0}
+    fields.update(over)
+    with ThreadedTwin(TwinConfig(**fields)) as twin:
+        yield twin
+
+
+def pmd_env(twin: ThreadedTwin, tmp_path: Path) -> dict[str, str]:
+    """The environment for the pymobiledevice3 CLI: this twin's usbmuxd, a HOME of the test's own."""
+    home = tmp_path / "home"
+    home.mkdir(exist_ok=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYMOBILEDEVICE3", "XDG_"))}
+    env.update({"USBMUXD_SOCKET_ADDRESS": twin.address, "HOME": str(home), "NO_COLOR": "1", "TERM": "dumb"})
+    return env
+
+
+def pmd(twin: ThreadedTwin, tmp_path: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(PMD), *args], env=pmd_env(twin, tmp_path), capture_output=True, text=True,
+                          timeout=timeout, check=False)
+
+
+def run(coro: Awaitable[T], timeout: float = 60) -> T:
+    async def bounded() -> T:
+        return await asyncio.wait_for(coro, timeout)
+
+    return asyncio.run(bounded())
+
+
+async def lockdown(twin: ThreadedTwin, tmp_path: Path, **over: Any) -> Any:
+    """A pymobiledevice3 lockdown client on the twin, as the iphone backend opens one."""
+    from pymobiledevice3.lockdown import create_using_usbmux
+
+    fields: dict[str, Any] = {"serial": twin.phone.cfg.udid, "autopair": False, "connection_type": "USB",
+                              "usbmux_address": twin.address, "pairing_records_cache_folder": tmp_path / "pmd"}
+    fields.update(over)
+    return await create_using_usbmux(**fields)
+
+
+def with_lockdown(twin: ThreadedTwin, tmp_path: Path, body: Callable[[Any], Awaitable[T]], **over: Any) -> T:
+    async def go() -> T:
+        client = await lockdown(twin, tmp_path, **over)
+        try:
+            return await body(client)
+        finally:
+            await client.close()
+
+    return run(go())
