@@ -28,7 +28,7 @@ T = TypeVar("T")
 #   --signal NAME      kill itself     --alloc MB  hold MB resident, then sleep
 # It always records its argv and environment in Documents/launch.json first.
 APP = textwrap.dedent('''\
-    #!{python} -I -S
+    #!{python} -IS
     import json, os, signal, sys, time
     argv = sys.argv
     container = argv[argv.index("--container") + 1]

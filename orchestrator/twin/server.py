@@ -42,6 +42,8 @@ class Twin:
             self._connections.add(task)
             try:
                 await mux.handle(reader, writer)
+            except asyncio.CancelledError:
+                pass  # stop() ends every connection; asyncio would log a cancelled handler as an error
             finally:
                 self._connections.discard(task)
 
