@@ -22,6 +22,8 @@ from pymobiledevice3.services.house_arrest import HouseArrestService
 from pymobiledevice3.services.installation_proxy import InstallationProxyService
 from twin_support import BUNDLE, app_ipa, running_twin, with_lockdown
 
+from orchestrator.devices.contract import contract_spec
+
 TERMINATED = re.compile(r"Process with PID (\d+) terminated with exit code (\S+) or crashing signal (\S+)")
 
 
@@ -57,6 +59,16 @@ async def _launch_and_wait(client: Any, arguments: list[str], *, timeout: float 
         return pid, output, procs
 
 
+@pytest.fixture(autouse=True)
+def _notices(caplog: Any, monkeypatch: Any) -> None:
+    """Termination notices are only logged by pymobiledevice3: capture them, past any filter (the
+    iphone backend installs one that consumes them) left on those loggers by earlier tests."""
+    name = "pymobiledevice3.services.dvt.instruments.process_control"
+    for logger in (logging.getLogger(name), logging.getLogger(name + ".dtx")):
+        monkeypatch.setattr(logger, "filters", [])
+    caplog.set_level(logging.WARNING, logger=name)
+
+
 def _terminations(caplog: Any) -> dict[int, tuple[str, str]]:
     found = {}
     for record in caplog.records:
@@ -72,7 +84,6 @@ async def _documents(client: Any, name: str) -> bytes:
 
 
 def test_launch_runs_the_executable_with_the_exact_arguments(tmp_path: Path, caplog: Any) -> None:
-    caplog.set_level(logging.WARNING, logger="pymobiledevice3.services.dvt.instruments.process_control")
     args = ["--say", "hello from the app", "--spec", "specs/t1.json", "--out", "results/t1.json"]
     with running_twin(tmp_path, low_power=True) as twin:
         with_lockdown(twin, tmp_path, lambda c: _install(c, app_ipa(tmp_path)))
@@ -80,7 +91,8 @@ def test_launch_runs_the_executable_with_the_exact_arguments(tmp_path: Path, cap
         async def push_spec(client: Any) -> None:
             async with await HouseArrestService.create(client, BUNDLE) as box:
                 await box.makedirs("/Documents/specs")
-                await box.set_file_contents("/Documents/specs/t1.json", json.dumps({"trial_id": "t1"}).encode())
+                spec = contract_spec("rawloop-cpu", "models/m.gguf", "t1")
+                await box.set_file_contents("/Documents/specs/t1.json", spec.model_dump_json().encode())
 
         with_lockdown(twin, tmp_path, push_spec)
         pid, output, procs = with_lockdown(twin, tmp_path, lambda c: _launch_and_wait(c, args))
@@ -90,7 +102,7 @@ def test_launch_runs_the_executable_with_the_exact_arguments(tmp_path: Path, cap
         executable = str(twin.phone.apps.executable(twin.phone.apps.apps[BUNDLE]))
     assert launch["argv"] == [executable, "app", "--container", container, "--", *args]
     assert launch["env"]["HARNESS_THERMAL_STATE"] == "nominal" and launch["env"]["HARNESS_LOW_POWER"] == "1"
-    assert result == {"trial_id": "t1", "ok": True}
+    assert (result["trial_id"], result["status"], result["thermal"][0]["state"]) == ("t1", "ok", "nominal")
     text = "".join(output)
     assert "hello from the app\n" in text and f"HARNESS_DONE t1 {container}/Documents/results/t1.json" in text
     assert any(p["pid"] == pid and p["bundleIdentifier"] == BUNDLE for p in procs)
@@ -98,7 +110,6 @@ def test_launch_runs_the_executable_with_the_exact_arguments(tmp_path: Path, cap
 
 
 def test_exit_code_kill_and_pid_checks(tmp_path: Path, caplog: Any) -> None:
-    caplog.set_level(logging.WARNING, logger="pymobiledevice3.services.dvt.instruments.process_control")
     with running_twin(tmp_path) as twin:
         with_lockdown(twin, tmp_path, lambda c: _install(c, app_ipa(tmp_path)))
         exited, _, _ = with_lockdown(twin, tmp_path, lambda c: _launch_and_wait(c, ["--exit", "3"]))
@@ -127,7 +138,6 @@ async def _listed(client: Any) -> list[str]:
 
 
 def test_death_by_signal_writes_an_ips_the_mover_brings_out(tmp_path: Path, caplog: Any) -> None:
-    caplog.set_level(logging.WARNING, logger="pymobiledevice3.services.dvt.instruments.process_control")
     with running_twin(tmp_path, crash_report_delay_s=60) as twin:
         with_lockdown(twin, tmp_path, lambda c: _install(c, app_ipa(tmp_path)))
         pid, output, _ = with_lockdown(twin, tmp_path, lambda c: _launch_and_wait(c, ["--signal", "SIGSEGV"]))
@@ -141,7 +151,6 @@ def test_death_by_signal_writes_an_ips_the_mover_brings_out(tmp_path: Path, capl
 
 
 def test_over_the_memory_limit_jetsam_kills_and_reports(tmp_path: Path, caplog: Any) -> None:
-    caplog.set_level(logging.WARNING, logger="pymobiledevice3.services.dvt.instruments.process_control")
     with running_twin(tmp_path, memory_limit_mb=64, memory_poll_s=0.02) as twin:
         with_lockdown(twin, tmp_path, lambda c: _install(c, app_ipa(tmp_path, increased_memory=False)))
         pid, _, _ = with_lockdown(twin, tmp_path, lambda c: _launch_and_wait(c, ["--alloc", "200", "--sleep", "20"]))

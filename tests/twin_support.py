@@ -23,10 +23,11 @@ BUNDLE = "dev.orch.harness"
 T = TypeVar("T")
 
 # What the stand-in app does with its arguments (after `app --container DIR --`):
-#   --spec S --out O   write a result to Documents/O, print HARNESS_DONE <id> <path>, exit 0
+#   --spec S --out O   write a TrialResult to Documents/O, print HARNESS_DONE <id> <path>, exit 0
 #   --say TEXT         print TEXT      --sleep S   sleep      --exit N    exit with N
 #   --signal NAME      kill itself     --alloc MB  hold MB resident, then sleep
-# It always records its argv and environment in Documents/launch.json first.
+# It always records its argv and environment in Documents/launch.json first. Documents/stand-in.json,
+# when present, maps a trial id to more of these arguments (run before the ones it was launched with).
 APP = textwrap.dedent('''\
     #!{python} -IS
     import json, os, signal, sys, time
@@ -38,6 +39,9 @@ APP = textwrap.dedent('''\
     with open(os.path.join(docs, "launch.json"), "w") as fh:
         json.dump({{"argv": argv, "env": dict(os.environ), "cwd": os.getcwd()}}, fh)
     opts = dict(zip(args[::2], args[1::2]))
+    plan = os.path.join(docs, "stand-in.json")  # per-trial behaviour a test sets: {{trial id: [args]}}
+    if "--spec" in opts and os.path.exists(plan):
+        args = json.load(open(plan)).get(os.path.basename(opts["--spec"])[:-5], []) + args
     held = []
     for key, value in zip(args[::2], args[1::2]):
         if key == "--say":
@@ -59,8 +63,18 @@ APP = textwrap.dedent('''\
         spec = json.load(open(os.path.join(docs, opts["--spec"])))
         out = os.path.join(docs, opts["--out"])
         os.makedirs(os.path.dirname(out), exist_ok=True)
+        n = spec["decode_tokens"]
+        times = [2000000 + 10000000 * i for i in range(n)]
+        result = {{
+            "schema_version": 1, "run_id": spec["run_id"], "trial_id": spec["trial_id"], "status": "ok",
+            "engine": spec["engine"], "engine_version": "stand-in", "harness_build": "stand-in",
+            "model": spec["model"], "prompt_tokens": spec["prompt_tokens"], "chunk_width": spec["chunk_width"],
+            "trial1": {{"prefill_ns": 1000000, "ttft_ns": times[0], "token_ids": [7 * i for i in range(n)],
+                       "token_times_ns": times}},
+            "thermal": [{{"t_ns": 0, "state": os.environ.get("HARNESS_THERMAL_STATE", "nominal")}}],
+        }}
         with open(out + ".tmp", "w") as fh:
-            json.dump({{"trial_id": spec["trial_id"], "ok": True}}, fh)
+            json.dump(result, fh)
         os.replace(out + ".tmp", out)
         print("HARNESS_DONE", spec["trial_id"], out, flush=True)
 ''')

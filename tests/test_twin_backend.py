@@ -1,0 +1,113 @@
+"""The iphone backend (`IphoneDevice` with its real `UsbConnector`) against the twin, unchanged:
+a twin presenting iOS 16.7 is reached the way the backend reaches a phone before iOS 17 (developer
+services over lockdown), so prepare, health, info, telemetry, trials and crash reports all run
+through pymobiledevice3 to real processes. (From iOS 17 the backend dials an RSD tunnel, which the
+twin does not emulate: see docs/twin.md.)"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pymobiledevice3.common
+import pytest
+from pymobiledevice3.services.house_arrest import HouseArrestService
+from twin_support import BUNDLE, app_ipa, running_twin
+
+from orchestrator.config.fleet import IphoneDeviceConfig
+from orchestrator.devices.base import Artifacts, TrialFailure
+from orchestrator.devices.contract import check_device_contract, contract_spec
+from orchestrator.devices.iphone import IphoneDevice
+from orchestrator.protocol import TrialResult
+from orchestrator.twin import make_ipa
+
+ROOT = Path(__file__).resolve().parents[1]
+HARNESS = ROOT / "ios_harness" / ".build" / "release" / "harness"
+MODEL = ROOT / "ios_harness" / "Tests" / "Fixtures" / "models" / "llama-t1-s0" / "model-Q8_0.gguf"
+
+
+@pytest.fixture(autouse=True)
+def _pmd_home(tmp_path: Path, monkeypatch: Any) -> None:
+    """The backend opens lockdown without a records folder: pymobiledevice3 would make one in ~."""
+    monkeypatch.setattr(pymobiledevice3.common, "_HOMEFOLDER", tmp_path / "pmd-home")
+
+
+def _device(twin: Any, ipa: Path, **over: Any) -> IphoneDevice:
+    fields: dict[str, Any] = {
+        "id": "twin", "kind": "iphone", "udid": twin.phone.cfg.udid, "usbmux_address": twin.address,
+        "ipa": str(ipa), "bundle_id": BUNDLE, "poll_s": 0.05, "call_timeout_s": 15.0, "connect_timeout_s": 15.0,
+    }
+    fields.update(over)
+    return IphoneDevice(IphoneDeviceConfig.model_validate(fields))
+
+
+def test_the_iphone_backend_prepares_measures_and_runs_trials_on_the_twin(tmp_path: Path) -> None:
+    ipa = app_ipa(tmp_path, minimum_os="16.0", increased_memory=False)
+
+    async def body(device: IphoneDevice) -> None:
+        health = await device.health()
+        assert health.state == "harness_missing", health
+        first = await device.prepare(Artifacts())
+        again = await device.prepare(Artifacts())
+        assert not first.skipped and again.skipped and again.installed == first.installed
+        assert (await device.health()).state == "ok"
+        # what the stand-in app does per trial (the backend sends only --spec and --out)
+        plan = {"twin-0002": ["--signal", "SIGSEGV"], "twin-0003": ["--sleep", "30"]}
+        await _push(device, "/Documents/stand-in.json", json.dumps(plan).encode())
+        info = await device.info()
+        assert info.os == "iOS 16.7 (20H19)" and info.chip_class == "A18 Pro"
+        assert info.harness_version is not None and info.harness_version.startswith("1.0 (1) sha256:")
+        reading = await device.telemetry()
+        assert reading.battery_c is not None and 27.5 <= reading.battery_c <= 28.5 and reading.charging is False
+
+        result = await device.run_trial(contract_spec("rawloop-cpu", "models/m.gguf", "twin-0001"), 30)
+        assert isinstance(result, TrialResult) and result.trial_id == "twin-0001", result
+        assert result.thermal[0].state == "nominal"  # the twin's thermal state, read by the app at launch
+
+        crashed = await device.run_trial(contract_spec("rawloop-cpu", "models/m.gguf", "twin-0002"), 30)
+        assert isinstance(crashed, TrialFailure) and crashed.kind == "crashed", crashed
+        assert "signal 11" in crashed.message
+        assert crashed.detail is not None and crashed.detail.startswith("HarnessApp-")
+        assert "EXC_BAD_ACCESS" in crashed.detail and "Fatal error: about to die" in crashed.detail
+
+        hung = await device.run_trial(contract_spec("rawloop-cpu", "models/m.gguf", "twin-0003"), 0.5)
+        assert isinstance(hung, TrialFailure) and hung.kind == "hung", hung
+        await device.close()
+
+    with running_twin(tmp_path, ios="16.7", crash_report_delay_s=30) as twin:
+        device = _device(twin, ipa)
+        asyncio.run(body(device))
+        launched = [argv for bundle, argv in twin.phone.processes.launches if bundle == BUNDLE]
+    assert launched[0][-4:] == ["--spec", "specs/twin-0001.json", "--out", "results/twin-0001.json"]
+
+
+async def _push(device: IphoneDevice, path: str, data: bytes) -> None:
+    lockdown = await device.connector.lockdown()
+    async with await HouseArrestService.create(lockdown, BUNDLE) as box:
+        await box.makedirs(path.rsplit("/", 1)[0])
+        await box.set_file_contents(path, data)
+
+
+def _harness_has_app() -> bool:
+    """The harness is built, with its `app` command (the app's logic on a host)."""
+    if not HARNESS.exists():
+        return False
+    probe = subprocess.run([str(HARNESS), "app"], capture_output=True, text=True, timeout=30, check=False)
+    return "--container" in probe.stdout + probe.stderr
+
+
+@pytest.mark.skipif(not _harness_has_app(), reason="no harness build with `harness app` (swift build in ios_harness)")
+def test_the_device_contract_holds_on_the_twin_running_the_real_harness(tmp_path: Path) -> None:
+    """`check_device_contract` on IphoneDevice -> pymobiledevice3 -> twin -> `harness app`."""
+    ipa = make_ipa(tmp_path / "harness.ipa", HARNESS, BUNDLE, minimum_os="16.0")
+
+    async def body(device: IphoneDevice) -> None:
+        await device.prepare(Artifacts())
+        await _push(device, "/Documents/models/t1.gguf", MODEL.read_bytes())
+        await check_device_contract(device, engine="rawloop-cpu", model="models/t1.gguf", timeout=60)
+
+    with running_twin(tmp_path, ios="16.7") as twin:
+        asyncio.run(body(_device(twin, ipa)))
