@@ -51,10 +51,12 @@ def serve(
     disk_gb: Annotated[float, typer.Option(help="Data partition capacity")] = 128.0,
     thermal_speed: Annotated[float, typer.Option(help="Thermal model seconds per wall second")] = 1.0,
     developer_over_lockdown: Annotated[DeveloperOverLockdown, typer.Option(
-        help="'always': DVT over lockdown at any iOS (the twin's stand-in for the iOS 17+ tunnel); 'as-ios': "
-        "refused from iOS 17 as on a phone")] = DeveloperOverLockdown.always,
+        help="'as-ios': DVT over lockdown refused from iOS 17 as on a phone (served over RSD); 'always': served "
+        "at any iOS, which no iOS 17+ phone does")] = DeveloperOverLockdown.as_ios,
+    tunneld_port: Annotated[int, typer.Option(help="Port of the tunneld stand-in (iOS 17+; 0: any free port)")] = 0,
 ) -> None:
-    """Run a twin until Ctrl-C / SIGTERM. Prints USBMUXD_SOCKET_ADDRESS=HOST:PORT when it is ready."""
+    """Run a twin until Ctrl-C / SIGTERM. Prints USBMUXD_SOCKET_ADDRESS=HOST:PORT when it is ready (and
+    TUNNELD_ADDRESS=HOST:PORT from iOS 17: the tunneld stand-in naming its RSD)."""
     from orchestrator.twin import TwinConfig, serve_forever
     from orchestrator.twin.config import DEFAULT_LAUNCH, DEFAULT_UDID
 
@@ -64,7 +66,7 @@ def serve(
             root=root or default_root(udid), udid=udid, ios=ios, product_type=product_type, host=host, port=port,
             paired=not unpaired, launch=tuple(shlex.split(launch)) if launch else DEFAULT_LAUNCH,
             memory_limit_mb=memory_limit_mb or None, disk_bytes=int(disk_gb * 1e9), thermal_speed=thermal_speed,
-            developer_over_lockdown=developer_over_lockdown.value,
+            developer_over_lockdown=developer_over_lockdown.value, tunneld_port=tunneld_port,
         )
     except ValidationError as exc:
         _bad_input("orch twin serve: " + "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}"
@@ -74,6 +76,9 @@ def serve(
         address = getattr(twin, "address", "")
         print(f"twin {cfg.udid} ({cfg.product_type}, iOS {cfg.ios}) state in {cfg.root}", flush=True)
         print(f"USBMUXD_SOCKET_ADDRESS={address}", flush=True)
+        tunneld = getattr(twin, "tunneld_address", None)
+        if tunneld:
+            print(f"TUNNELD_ADDRESS={tunneld}", flush=True)
 
     asyncio.run(serve_forever(cfg, ready))
 

@@ -1,8 +1,8 @@
 """The iphone backend (`IphoneDevice` with its real `UsbConnector`) against the twin, unchanged:
-a twin presenting iOS 16.7 is reached the way the backend reaches a phone before iOS 17 (developer
-services over lockdown), so prepare, health, info, telemetry, trials and crash reports all run
-through pymobiledevice3 to real processes. (From iOS 17 the backend dials an RSD tunnel, which the
-twin does not emulate: see docs/twin.md.)"""
+before iOS 17 developer services go over lockdown; from iOS 17 through `tunnel: tunneld`, the twin's
+tunneld stand-in naming its RSD (dtservicehub). Prepare, health, info, telemetry, trials and crash
+reports all run through pymobiledevice3 to real processes. (The tunnel itself, and the backend's
+default userspace tunnel, are not emulated: see docs/twin.md.)"""
 
 from __future__ import annotations
 
@@ -40,11 +40,14 @@ def _device(twin: Any, ipa: Path, **over: Any) -> IphoneDevice:
         "id": "twin", "kind": "iphone", "udid": twin.phone.cfg.udid, "usbmux_address": twin.address,
         "ipa": str(ipa), "bundle_id": BUNDLE, "poll_s": 0.05, "call_timeout_s": 15.0, "connect_timeout_s": 15.0,
     }
+    if twin.tunneld_address is not None:
+        fields.update(tunnel="tunneld", tunneld_address=twin.tunneld_address)
     fields.update(over)
     return IphoneDevice(IphoneDeviceConfig.model_validate(fields))
 
 
-def test_the_iphone_backend_prepares_measures_and_runs_trials_on_the_twin(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("ios", "build"), [("16.7", "20H19"), ("18.2", "22C152")])
+def test_the_iphone_backend_prepares_measures_and_runs_trials_on_the_twin(tmp_path: Path, ios: str, build: str) -> None:
     ipa = app_ipa(tmp_path, minimum_os="16.0", increased_memory=False)
 
     async def body(device: IphoneDevice) -> None:
@@ -58,7 +61,7 @@ def test_the_iphone_backend_prepares_measures_and_runs_trials_on_the_twin(tmp_pa
         plan = {"twin-0002": ["--signal", "SIGSEGV"], "twin-0003": ["--sleep", "30"]}
         await _push(device, "/Documents/stand-in.json", json.dumps(plan).encode())
         info = await device.info()
-        assert info.os == "iOS 16.7 (20H19)" and info.chip_class == "A18 Pro"
+        assert info.os == f"iOS {ios} ({build})" and info.chip_class == "A18 Pro"
         assert info.harness_version is not None and info.harness_version.startswith("1.0 (1) sha256:")
         reading = await device.telemetry()
         assert reading.battery_c is not None and 27.5 <= reading.battery_c <= 28.5 and reading.charging is False
@@ -77,7 +80,7 @@ def test_the_iphone_backend_prepares_measures_and_runs_trials_on_the_twin(tmp_pa
         assert isinstance(hung, TrialFailure) and hung.kind == "hung", hung
         await device.close()
 
-    with running_twin(tmp_path, ios="16.7", crash_report_delay_s=30) as twin:
+    with running_twin(tmp_path, ios=ios, crash_report_delay_s=30) as twin:
         device = _device(twin, ipa)
         asyncio.run(body(device))
         launched = [argv for bundle, argv in twin.phone.processes.launches if bundle == BUNDLE]
@@ -100,7 +103,8 @@ def _harness_has_app() -> bool:
 
 
 @pytest.mark.skipif(not _harness_has_app(), reason="no harness build with `harness app` (swift build in ios_harness)")
-def test_the_device_contract_holds_on_the_twin_running_the_real_harness(tmp_path: Path) -> None:
+@pytest.mark.parametrize("ios", ["16.7", "18.2"])
+def test_the_device_contract_holds_on_the_twin_running_the_real_harness(tmp_path: Path, ios: str) -> None:
     """`check_device_contract` on IphoneDevice -> pymobiledevice3 -> twin -> `harness app`."""
     ipa = make_ipa(tmp_path / "harness.ipa", HARNESS, BUNDLE, minimum_os="16.0")
 
@@ -109,5 +113,5 @@ def test_the_device_contract_holds_on_the_twin_running_the_real_harness(tmp_path
         await _push(device, "/Documents/models/t1.gguf", MODEL.read_bytes())
         await check_device_contract(device, engine="rawloop-cpu", model="models/t1.gguf", timeout=60)
 
-    with running_twin(tmp_path, ios="16.7") as twin:
+    with running_twin(tmp_path, ios=ios) as twin:
         asyncio.run(body(_device(twin, ipa)))

@@ -20,7 +20,7 @@ from pymobiledevice3.services.dvt.instruments.dvt_provider import DvtProvider
 from pymobiledevice3.services.dvt.instruments.process_control import ProcessControl
 from pymobiledevice3.services.house_arrest import HouseArrestService
 from pymobiledevice3.services.installation_proxy import InstallationProxyService
-from twin_support import BUNDLE, app_ipa, running_twin, with_lockdown
+from twin_support import BUNDLE, app_ipa, running_twin, with_developer, with_lockdown
 
 from orchestrator.devices.contract import contract_spec
 
@@ -83,9 +83,10 @@ async def _documents(client: Any, name: str) -> bytes:
         return bytes(await box.get_file_contents(f"/Documents/{name}"))
 
 
-def test_launch_runs_the_executable_with_the_exact_arguments(tmp_path: Path, caplog: Any) -> None:
+@pytest.mark.parametrize("ios", ["16.7", "18.2"])  # DVT over lockdown; over RSD (dtservicehub)
+def test_launch_runs_the_executable_with_the_exact_arguments(tmp_path: Path, caplog: Any, ios: str) -> None:
     args = ["--say", "hello from the app", "--spec", "specs/t1.json", "--out", "results/t1.json"]
-    with running_twin(tmp_path, low_power=True) as twin:
+    with running_twin(tmp_path, ios=ios, low_power=True) as twin:
         with_lockdown(twin, tmp_path, lambda c: _install(c, app_ipa(tmp_path)))
 
         async def push_spec(client: Any) -> None:
@@ -95,7 +96,7 @@ def test_launch_runs_the_executable_with_the_exact_arguments(tmp_path: Path, cap
                 await box.set_file_contents("/Documents/specs/t1.json", spec.model_dump_json().encode())
 
         with_lockdown(twin, tmp_path, push_spec)
-        pid, output, procs = with_lockdown(twin, tmp_path, lambda c: _launch_and_wait(c, args))
+        pid, output, procs = with_developer(twin, tmp_path, lambda c: _launch_and_wait(c, args))
         launch = json.loads(with_lockdown(twin, tmp_path, lambda c: _documents(c, "launch.json")))
         result = json.loads(with_lockdown(twin, tmp_path, lambda c: _documents(c, "results/t1.json")))
         container = str(twin.phone.apps.container(twin.phone.apps.apps[BUNDLE]))
@@ -112,8 +113,8 @@ def test_launch_runs_the_executable_with_the_exact_arguments(tmp_path: Path, cap
 def test_exit_code_kill_and_pid_checks(tmp_path: Path, caplog: Any) -> None:
     with running_twin(tmp_path) as twin:
         with_lockdown(twin, tmp_path, lambda c: _install(c, app_ipa(tmp_path)))
-        exited, _, _ = with_lockdown(twin, tmp_path, lambda c: _launch_and_wait(c, ["--exit", "3"]))
-        killed, _, _ = with_lockdown(twin, tmp_path, lambda c: _launch_and_wait(c, ["--sleep", "30"], kill_after=0.3))
+        exited, _, _ = with_developer(twin, tmp_path, lambda c: _launch_and_wait(c, ["--exit", "3"]))
+        killed, _, _ = with_developer(twin, tmp_path, lambda c: _launch_and_wait(c, ["--sleep", "30"], kill_after=0.3))
         reports = list((tmp_path / "twin" / "CrashReports.pending").iterdir())
     got = _terminations(caplog)
     assert got[exited] == ("3", "0") and got[killed] == ("0", "9")
@@ -140,7 +141,7 @@ async def _listed(client: Any) -> list[str]:
 def test_death_by_signal_writes_an_ips_the_mover_brings_out(tmp_path: Path, caplog: Any) -> None:
     with running_twin(tmp_path, crash_report_delay_s=60) as twin:
         with_lockdown(twin, tmp_path, lambda c: _install(c, app_ipa(tmp_path)))
-        pid, output, _ = with_lockdown(twin, tmp_path, lambda c: _launch_and_wait(c, ["--signal", "SIGSEGV"]))
+        pid, output, _ = with_developer(twin, tmp_path, lambda c: _launch_and_wait(c, ["--signal", "SIGSEGV"]))
         before = with_lockdown(twin, tmp_path, _listed)
         [report] = with_lockdown(twin, tmp_path, lambda c: _flushed_reports(c, r"^HarnessApp-"))
     assert _terminations(caplog)[pid] == ("0", "11")
@@ -153,7 +154,7 @@ def test_death_by_signal_writes_an_ips_the_mover_brings_out(tmp_path: Path, capl
 def test_over_the_memory_limit_jetsam_kills_and_reports(tmp_path: Path, caplog: Any) -> None:
     with running_twin(tmp_path, memory_limit_mb=64, memory_poll_s=0.02) as twin:
         with_lockdown(twin, tmp_path, lambda c: _install(c, app_ipa(tmp_path, increased_memory=False)))
-        pid, _, _ = with_lockdown(twin, tmp_path, lambda c: _launch_and_wait(c, ["--alloc", "200", "--sleep", "20"]))
+        pid, _, _ = with_developer(twin, tmp_path, lambda c: _launch_and_wait(c, ["--alloc", "200", "--sleep", "20"]))
         [report] = with_lockdown(twin, tmp_path, lambda c: _flushed_reports(c, r"^JetsamEvent-"))
         crashes = list((tmp_path / "twin" / "CrashReports").glob("HarnessApp-*"))
     assert _terminations(caplog)[pid] == ("0", "9")
@@ -170,15 +171,15 @@ def test_launch_refused_as_a_phone_refuses(tmp_path: Path) -> None:
 
     with running_twin(tmp_path) as twin:
         with pytest.raises(DTXNsError, match="FBSApplicationLibrary"):
-            with_lockdown(twin, tmp_path, lambda c: launch(c, "dev.orch.absent"))
+            with_developer(twin, tmp_path, lambda c: launch(c, "dev.orch.absent"))
         with_lockdown(twin, tmp_path, lambda c: _install(c, app_ipa(tmp_path)))
         twin.call(lambda p: setattr(p, "ddi_mounted", False))
-        with pytest.raises(pmd_exc.InvalidServiceError):
-            with_lockdown(twin, tmp_path, lambda c: launch(c, BUNDLE))
+        with pytest.raises(pmd_exc.InvalidServiceError):  # over RSD: dtservicehub is not advertised
+            with_developer(twin, tmp_path, lambda c: launch(c, BUNDLE))
 
 
 @pytest.mark.parametrize(("ios", "policy", "served"), [
-    ("18.2", "as-ios", False), ("18.2", "always", True), ("16.7", "as-ios", True)])
+    ("18.2", "as-ios", False), ("18.2", "always", True), ("16.7", "as-ios", True)])  # served over RSD too
 def test_dvt_over_lockdown_by_version(tmp_path: Path, ios: str, policy: str, served: bool) -> None:
     async def connect(client: Any) -> bool:
         async with DvtProvider(client) as dvt, DeviceInfo(dvt) as di:

@@ -89,7 +89,7 @@ def app_executable(directory: Path) -> Path:
 
 def app_ipa(directory: Path, **over: Any) -> Path:
     """An .ipa of the stand-in app (development-signed, file sharing on, unless told otherwise)."""
-    fields: dict[str, Any] = {"bundle_id": BUNDLE, "minimum_os": "17.0"}
+    fields: dict[str, Any] = {"bundle_id": BUNDLE, "minimum_os": "16.0"}
     fields.update(over)
     bundle = fields.pop("bundle_id")
     name = f"app-{bundle}-{abs(hash(json.dumps(fields, sort_keys=True, default=str)))}.ipa"
@@ -133,6 +133,29 @@ async def lockdown(twin: ThreadedTwin, tmp_path: Path, **over: Any) -> Any:
                               "usbmux_address": twin.address, "pairing_records_cache_folder": tmp_path / "pmd"}
     fields.update(over)
     return await create_using_usbmux(**fields)
+
+
+def with_developer(twin: ThreadedTwin, tmp_path: Path, body: Callable[[Any], Awaitable[T]]) -> T:
+    """``body(provider)`` with the provider developer services go through, as the iphone backend picks
+    it: the lockdown client before iOS 17; from 17 the RSD that the twin's tunneld stand-in names."""
+    from pymobiledevice3.tunneld.api import get_tunneld_device_by_udid
+
+    async def go() -> T:
+        if twin.tunneld_address is None:
+            client = await lockdown(twin, tmp_path)
+            try:
+                return await body(client)
+            finally:
+                await client.close()
+        host, port = twin.tunneld_address.rsplit(":", 1)
+        rsd = await get_tunneld_device_by_udid(twin.phone.cfg.udid, (host, int(port)))
+        assert rsd is not None, "the tunneld stand-in names no tunnel"
+        try:
+            return await body(rsd)
+        finally:
+            await rsd.close()
+
+    return run(go())
 
 
 def with_lockdown(twin: ThreadedTwin, tmp_path: Path, body: Callable[[Any], Awaitable[T]], **over: Any) -> T:

@@ -40,10 +40,14 @@ class TwinConfig(Strict):
     developer_mode: bool = True
     ddi_mounted: bool = True
     developer_over_lockdown: Literal["always", "as-ios"] = Field(
-        default="always",
-        description="'always': serve DVT over lockdown at every version (a real iOS 17+ phone refuses it: the "
-        "twin's one deliberate difference, standing in for the RSD tunnel it does not emulate); 'as-ios': "
-        "refuse it from iOS 17 with InvalidService, as a real phone does")
+        default="as-ios",
+        description="'as-ios': refuse DVT over lockdown from iOS 17 with InvalidService, as a phone does (DVT is "
+        "then served over RSD); 'always': serve it at every version, which no iOS 17+ phone does (for clients "
+        "that cannot reach the RSD)")
+    rsd: bool | None = Field(
+        default=None, description="Serve RemoteServiceDiscovery and a tunneld stand-in (the iOS 17+ developer "
+        "path, from where a tunnel is up); default: from iOS 17, as phones")
+    tunneld_port: int = Field(default=0, ge=0, le=65535, description="The tunneld stand-in's port; 0: any free one")
     launch: tuple[str, ...] = Field(
         default=DEFAULT_LAUNCH,
         description="argv before the app's arguments; {exe} the app's executable, {container} its data container")
@@ -84,6 +88,10 @@ class TwinConfig(Strict):
     @property
     def version(self) -> Version:
         return Version(self.ios)
+
+    @property
+    def serves_rsd(self) -> bool:
+        return self.rsd if self.rsd is not None else self.version.major >= 17
 
     @property
     def build_version(self) -> str:

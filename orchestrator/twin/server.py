@@ -13,6 +13,7 @@ from types import TracebackType
 
 from orchestrator.twin.config import TwinConfig
 from orchestrator.twin.phone import Phone
+from orchestrator.twin.rsd import Rsd
 from orchestrator.twin.usbmux import Usbmuxd
 
 
@@ -22,6 +23,7 @@ class Twin:
     def __init__(self, cfg: TwinConfig):
         self.cfg = cfg
         self.phone: Phone | None = None
+        self.rsd: Rsd | None = None
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
 
@@ -31,6 +33,13 @@ class Twin:
         assert self._server is not None, "the twin is not running"
         host, port = self._server.sockets[0].getsockname()[:2]
         return f"{host}:{port}"
+
+    @property
+    def tunneld_address(self) -> str | None:
+        """``host:port`` of the tunneld stand-in (a fleet's ``tunneld_address``), when the twin serves RSD."""
+        if self.rsd is None:
+            return None
+        return f"{self.cfg.host}:{self.rsd.port('tunneld')}"
 
     async def start(self) -> Twin:
         self.phone = Phone(self.cfg)
@@ -48,12 +57,17 @@ class Twin:
                 self._connections.discard(task)
 
         self._server = await asyncio.start_server(accept, self.cfg.host, self.cfg.port)
+        if self.cfg.serves_rsd:
+            self.rsd = Rsd(self.phone, self.cfg.host)
+            await self.rsd.start(self.cfg.tunneld_port)
         return self
 
     async def stop(self) -> None:
         """Close the listener, kill the app processes, drop every connection."""
         if self._server is not None:
             self._server.close()
+        if self.rsd is not None:
+            await self.rsd.stop()
         if self.phone is not None:
             await self.phone.close()
         for task in list(self._connections):
@@ -88,6 +102,10 @@ class ThreadedTwin:
     @property
     def address(self) -> str:
         return self.twin.address
+
+    @property
+    def tunneld_address(self) -> str | None:
+        return self.twin.tunneld_address
 
     @property
     def phone(self) -> Phone:
