@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pymobiledevice3.common
 import pytest
 from pymobiledevice3.services.house_arrest import HouseArrestService
-from twin_support import BUNDLE, app_ipa, running_twin
+from twin_support import BUNDLE, HARNESS, MODEL, app_ipa, harness_has_app, running_twin
 
 from orchestrator.config.fleet import IphoneDeviceConfig
 from orchestrator.devices.base import Artifacts, TrialFailure
@@ -23,10 +22,6 @@ from orchestrator.devices.contract import check_device_contract, contract_spec
 from orchestrator.devices.iphone import IphoneDevice
 from orchestrator.protocol import TrialResult
 from orchestrator.twin import make_ipa
-
-ROOT = Path(__file__).resolve().parents[1]
-HARNESS = ROOT / "ios_harness" / ".build" / "release" / "harness"
-MODEL = ROOT / "ios_harness" / "Tests" / "Fixtures" / "models" / "llama-t1-s0" / "model-Q8_0.gguf"
 
 
 @pytest.fixture(autouse=True)
@@ -94,15 +89,7 @@ async def _push(device: IphoneDevice, path: str, data: bytes) -> None:
         await box.set_file_contents(path, data)
 
 
-def _harness_has_app() -> bool:
-    """The harness is built, with its `app` command (the app's logic on a host)."""
-    if not HARNESS.exists():
-        return False
-    probe = subprocess.run([str(HARNESS), "app"], capture_output=True, text=True, timeout=30, check=False)
-    return "--container" in probe.stdout + probe.stderr
-
-
-@pytest.mark.skipif(not _harness_has_app(), reason="no harness build with `harness app` (swift build in ios_harness)")
+@pytest.mark.skipif(not harness_has_app(), reason="no harness build with `harness app` (swift build in ios_harness)")
 @pytest.mark.parametrize("ios", ["16.7", "18.2"])
 def test_the_device_contract_holds_on_the_twin_running_the_real_harness(tmp_path: Path, ios: str) -> None:
     """`check_device_contract` on IphoneDevice -> pymobiledevice3 -> twin -> `harness app`."""

@@ -18,6 +18,9 @@ from typing import Any, TypeVar
 from orchestrator.twin import ThreadedTwin, TwinConfig, make_ipa
 
 PMD = Path(sys.executable).with_name("pymobiledevice3")  # the CLI beside the running interpreter
+ROOT = Path(__file__).resolve().parents[1]
+HARNESS = ROOT / "ios_harness" / ".build" / "release" / "harness"
+MODEL = ROOT / "ios_harness" / "Tests" / "Fixtures" / "models" / "llama-t1-s0" / "model-Q8_0.gguf"
 ORCH = Path(sys.executable).with_name("orch")
 BUNDLE = "dev.orch.harness"
 T = TypeVar("T")
@@ -78,6 +81,14 @@ APP = textwrap.dedent('''\
         os.replace(out + ".tmp", out)
         print("HARNESS_DONE", spec["trial_id"], out, flush=True)
 ''')
+
+
+def harness_has_app() -> bool:
+    """The harness is built, with its `app` command (the app's logic on a host)."""
+    if not HARNESS.exists():
+        return False
+    probe = subprocess.run([str(HARNESS), "app"], capture_output=True, text=True, timeout=30, check=False)
+    return "--container" in probe.stdout + probe.stderr
 
 
 def app_executable(directory: Path) -> Path:
