@@ -3,9 +3,9 @@ import HarnessCore
 import SwiftUI
 import UIKit
 
-/// The app entry: the same `SpecRun` as the `harness` CLI. Launched through devicectl / DVT with
-/// `--spec <path>` (absolute, or relative to Documents); writes `Documents/results/<spec name>`,
-/// prints `HARNESS_DONE <trial_id> <path>` and exits. Without `--spec` it shows its build and waits.
+/// The app entry: UIKit lifecycle only. What the app does with its launch arguments (paths under
+/// Documents, the trial, `--probe thermal`, the result file and the sentinel, exit codes) is
+/// `AppLaunch` in HarnessCore, the code `harness app --container DIR -- ARGS` runs on a host.
 @main
 struct HarnessApp: App {
     @UIApplicationDelegateAdaptor(AppDelegate.self) var delegate
@@ -20,40 +20,24 @@ final class AppDelegate: NSObject, UIApplicationDelegate, ObservableObject {
     private let resigned = ResignFlag()
 
     func application(_ app: UIApplication, didFinishLaunchingWithOptions _: [UIApplication.LaunchOptionsKey: Any]? = nil) -> Bool {
-        setvbuf(stdout, nil, _IOLBF, 0)
+        Console.lineBufferStdout()
         app.isIdleTimerDisabled = true
         // A backgrounded app loses the GPU: a resign during the run marks the trial interrupted.
         NotificationCenter.default.addObserver(forName: UIApplication.willResignActiveNotification, object: nil, queue: nil) {
             [resigned] _ in resigned.set()
         }
-        guard let request = AppRequest(arguments: CommandLine.arguments) else { return true }
-        status = "running \(request.specPath)"
+        let documents = FileManager.default.urls(for: .documentDirectory, in: .userDomainMask)[0]
+        let launch = AppLaunch(arguments: Array(CommandLine.arguments.dropFirst()), documents: AppDocuments(root: documents.path))
+        status = launch.summary
+        guard launch.request != .idle else { return true }  // no work: show the build and wait
         let flag = resigned
         Thread.detachNewThread {
-            let code = SpecRun.execute(
-                specPath: request.specPath, outPath: request.outPath, tuningPath: request.tuningPath,
-                factory: BuiltinEngines(), runner: TrialRunner(thermal: Thermal.platformProbe()),
+            let code = launch.run(
+                factory: BuiltinEngines(), thermal: Thermal.platformProbe(),
                 interrupted: { flag.isSet ? "the app resigned active during the run (GPU access lost)" : nil })
             exit(code)
         }
         return true
-    }
-}
-
-/// `--spec P [--out P] [--tuning P]`, relative paths under Documents.
-struct AppRequest {
-    let specPath: String
-    let outPath: String
-    let tuningPath: String?
-
-    init?(arguments: [String]) {
-        guard let args = try? Args(Array(arguments.dropFirst())), let spec = args.options["spec"] else { return nil }
-        let docs = FileManager.default.urls(for: .documentDirectory, in: .userDomainMask)[0]
-        func resolve(_ p: String) -> String { p.hasPrefix("/") ? p : docs.appendingPathComponent(p).path }
-        specPath = resolve(spec)
-        outPath = args.options["out"].map(resolve)
-            ?? docs.appendingPathComponent("results").appendingPathComponent((spec as NSString).lastPathComponent).path
-        tuningPath = args.options["tuning"].map(resolve)
     }
 }
 

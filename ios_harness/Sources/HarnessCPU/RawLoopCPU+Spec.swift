@@ -8,12 +8,14 @@ extension RawLoopCPU {
     /// as cold for symmetry with engines that cache compiled kernels on disk.
     public static let clearableCaches: Set<String> = ["page_cache", "compiled_kernels"]
 
-    /// Builds the engine for a spec: threads from the spec, else tuning `threads`, else all CPUs.
+    /// Builds the engine for a spec: threads from the spec, else tuning `threads`, else
+    /// `ComputeThreads.defaultCount()` (the performance cores on Apple chips, else every CPU).
+    /// The count used is the engine's `threads`, recorded in the result.
     public static func make(spec: TrialSpec, tuning: [String: TuningValue]) throws -> (engine: any Engine, coldCaches: [String]) {
         if let bad = tuning.keys.sorted().first(where: { !tuningKeys.contains($0) }) {
             throw HarnessError(.badTuning, "rawloop-cpu has no tuning parameter '\(bad)' (has: \(tuningKeys.sorted().joined(separator: ", ")))")
         }
-        var threads = ProcessInfo.processInfo.activeProcessorCount
+        var threads = ComputeThreads.defaultCount()
         if let t = tuning["threads"] {
             guard let v = t.intValue, v >= 1 else { throw HarnessError(.badTuning, "threads must be an integer >= 1") }
             threads = v

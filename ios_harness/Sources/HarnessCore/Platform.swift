@@ -1,9 +1,10 @@
-import Foundation
+// `@preconcurrency`: `setvbuf(stdout, ...)` reads a C global that Swift 6 mode otherwise refuses.
 #if canImport(Darwin)
-import Darwin
+@preconcurrency import Darwin
 #elseif canImport(Glibc)
-import Glibc
+@preconcurrency import Glibc
 #endif
+import Foundation
 
 /// One level of the CPU cache hierarchy.
 public struct CacheInfo: Codable, Equatable, Sendable {
@@ -76,6 +77,21 @@ public struct HostInfo: Codable, Sendable {
 }
 
 enum Platform {
+    /// Physical performance cores (`hw.perflevel0.physicalcpu`) on Apple silicon; nil elsewhere,
+    /// and on Apple machines without performance levels (Intel Macs).
+    static func performanceCores() -> Int? {
+        #if canImport(Darwin)
+        return sysctlInt("hw.perflevel0.physicalcpu").flatMap { $0 > 0 ? $0 : nil }
+        #else
+        return nil
+        #endif
+    }
+
+    /// Makes stdio's stdout line-buffered: an app launched through DVT gets a block-buffered one.
+    static func lineBufferStdout() {
+        setvbuf(stdout, nil, _IOLBF, 0)
+    }
+
     static func cpuModel() -> String {
         #if canImport(Darwin)
         return sysctlString("machdep.cpu.brand_string") ?? sysctlString("hw.machine") ?? "unknown"

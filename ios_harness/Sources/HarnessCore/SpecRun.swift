@@ -21,13 +21,19 @@ public enum SpecRun {
         "HARNESS_DONE \(trialId) \(path)"
     }
 
+    /// `resolveModel` maps the spec's `model` to the file opened (the app: under Documents; the
+    /// CLI: as given); the result keeps the spec's own `model`. `emit` takes the sentinel,
+    /// `diagnose` what went wrong when no result could be written.
     public static func execute(
         specPath: String, outPath: String, tuningPath: String?, factory: any EngineFactory,
         runner: TrialRunner = TrialRunner(thermal: Thermal.platformProbe()),
+        resolveModel: (String) throws -> String = { $0 },
         interrupted: () -> String? = { nil },
-        print emit: (String) -> Void = Console.line
+        print emit: (String) -> Void = Console.line,
+        diagnose: (String) -> Void = Console.errorLine
     ) -> Int32 {
-        var result = produce(specPath: specPath, tuningPath: tuningPath, factory: factory, runner: runner)
+        var result = produce(
+            specPath: specPath, tuningPath: tuningPath, factory: factory, runner: runner, resolveModel: resolveModel)
         if let reason = interrupted(), result.status == .ok {
             // Keep the measurements as evidence, but the trial does not count.
             result.status = .error
@@ -37,7 +43,7 @@ public enum SpecRun {
             try result.validate()
             try AtomicFile.write(ProtocolJSON.encoder().encode(result), to: outPath)
         } catch {
-            FileHandle.standardError.write(Data("harness: cannot write result: \(error)\n".utf8))
+            diagnose("harness: cannot write result: \(error)")
             return exitUnwritable
         }
         emit(sentinel(trialId: result.trialId, path: outPath))
@@ -46,7 +52,8 @@ public enum SpecRun {
 
     /// The result for a spec: an ok result, or an error result naming what went wrong.
     public static func produce(
-        specPath: String, tuningPath: String?, factory: any EngineFactory, runner: TrialRunner
+        specPath: String, tuningPath: String?, factory: any EngineFactory, runner: TrialRunner,
+        resolveModel: (String) throws -> String = { $0 }
     ) -> TrialResult {
         let spec: TrialSpec
         switch SpecLoader.load(path: specPath) {
@@ -76,17 +83,20 @@ public enum SpecRun {
             let table = try tuningPath.map { try TuningTable.load(path: $0, for: spec.engine) }
             let tuning = TuningTable.merged(table: table, spec: spec.tuning)
             base.tuning = tuning
+            // The engine opens the resolved file; the result says `model` as the spec did.
+            var local = spec
+            local.model = try resolveModel(spec.model)
             if let expected = spec.modelSha256 {
-                let actual = try SHA256.hexDigest(ofFile: spec.model)
+                let actual = try SHA256.hexDigest(ofFile: local.model)
                 if actual.lowercased() != expected.lowercased() {
                     throw HarnessError(.badModel, "model sha256 \(actual) != spec's \(expected)")
                 }
             }
-            let (engine, cold) = try factory.make(spec: spec, tuning: tuning)
+            let (engine, cold) = try factory.make(spec: local, tuning: tuning)
             base.engineVersion = engine.version
             base.coldCaches = cold
             base.threads = engine.threads
-            return try runner.run(spec, on: engine, base: base)
+            return try runner.run(local, on: engine, base: base)
         } catch let error as HarnessError {
             base.error = error
             return base

@@ -1,6 +1,4 @@
-#if canImport(Darwin)
 import Foundation
-#endif
 
 /// Reads the device's thermal state. Apple platforms have `ProcessInfo.thermalState`; other
 /// hosts have no equivalent and report nothing (an empty `thermal` list, not a guess).
@@ -9,10 +7,13 @@ public protocol ThermalProbe: Sendable {
     func current() -> ThermalState?
     /// State changes observed since the last call, stamped with `SystemClock` ns.
     func drainChanges() -> [(tNs: UInt64, state: ThermalState)]
+    /// Whether Low Power Mode is on, or nil where the platform has no notion of it.
+    func lowPowerMode() -> Bool?
 }
 
 extension ThermalProbe {
     public func drainChanges() -> [(tNs: UInt64, state: ThermalState)] { [] }
+    public func lowPowerMode() -> Bool? { nil }
 }
 
 /// For hosts without a thermal state (Linux): records no samples.
@@ -61,6 +62,46 @@ public final class ProcessThermalProbe: ThermalProbe, @unchecked Sendable {
             return changes
         }
     }
+
+    public func lowPowerMode() -> Bool? {
+        ProcessInfo.processInfo.isLowPowerModeEnabled
+    }
+}
+#else
+/// The phone twin's seam, on hosts without `ProcessInfo.thermalState` only: `harness app` reads
+/// the state it reports from `HARNESS_THERMAL_STATE` (`nominal|fair|serious|critical`) and Low
+/// Power Mode from `HARNESS_LOW_POWER` (`0|1|false|true`). Unset means unknown (nil), as on any
+/// Linux host. It does not exist on Apple platforms, so no build of the app can be told a state.
+public struct EnvironmentThermalProbe: ThermalProbe {
+    public static let stateVariable = "HARNESS_THERMAL_STATE"
+    public static let lowPowerVariable = "HARNESS_LOW_POWER"
+
+    public let state: ThermalState?
+    public let lowPower: Bool?
+
+    /// Refuses values outside the lists above: a twin misconfigured is said, not guessed.
+    public init(environment: [String: String]) throws(LaunchProblem) {
+        var state: ThermalState?
+        var lowPower: Bool?
+        if let text = environment[Self.stateVariable] {
+            guard let s = ThermalState(rawValue: text) else {
+                throw .environment("\(Self.stateVariable)=\(text) is not one of nominal, fair, serious, critical")
+            }
+            state = s
+        }
+        if let text = environment[Self.lowPowerVariable] {
+            switch text {
+            case "1", "true": lowPower = true
+            case "0", "false": lowPower = false
+            default: throw .environment("\(Self.lowPowerVariable)=\(text) is not one of 0, 1, false, true")
+            }
+        }
+        self.state = state
+        self.lowPower = lowPower
+    }
+
+    public func current() -> ThermalState? { state }
+    public func lowPowerMode() -> Bool? { lowPower }
 }
 #endif
 
@@ -71,6 +112,16 @@ public enum Thermal {
         return ProcessThermalProbe()
         #else
         return NoThermalProbe()
+        #endif
+    }
+
+    /// The probe of the app path (the iOS app, `harness app`): `ProcessInfo` on Apple platforms,
+    /// where `environment` is ignored; elsewhere `EnvironmentThermalProbe` (the twin's seam).
+    public static func appProbe(environment: [String: String]) throws(LaunchProblem) -> any ThermalProbe {
+        #if canImport(Darwin)
+        return ProcessThermalProbe()
+        #else
+        return try EnvironmentThermalProbe(environment: environment)
         #endif
     }
 }

@@ -4,6 +4,7 @@ import HarnessCPU
 
 let usage = """
     usage: harness run --spec FILE --out FILE [--tuning FILE]
+           harness app --container DIR [-- APP-ARGS...]
            harness probe --out FILE [--threads N] [--mib N] [--repeats N] [--patterns a,b] [--kernels swift|avx2]
            harness info
     """
@@ -13,9 +14,32 @@ func fail(_ message: String) -> Never {
     exit(64)
 }
 
+/// `harness app`: the iOS app's logic with DIR as its data container (see `AppLaunch`). Its own
+/// output follows the app's rules (stdout only, the app's exit codes); only a bad host command
+/// line or a bad twin variable (`HARNESS_THERMAL_STATE`, Linux) is this CLI's error (exit 64).
+func runApp(_ argv: [String]) -> Never {
+    Console.lineBufferStdout()
+    let host: AppHost
+    let thermal: any ThermalProbe
+    do {
+        host = try AppHost(argv)
+        thermal = try Thermal.appProbe(environment: ProcessInfo.processInfo.environment)
+    } catch {
+        fail("\(error)")
+    }
+    let launch = AppLaunch(arguments: host.arguments, documents: host.documents)
+    let code = launch.run(factory: BuiltinEngines(), thermal: thermal)
+    // An app launched without work stays up until it is killed; so does its stand-in.
+    while launch.request == .idle { Thread.sleep(forTimeInterval: 3600) }
+    exit(code)
+}
+
+let argv = Array(CommandLine.arguments.dropFirst())
+if argv.first == "app" { runApp(Array(argv.dropFirst())) }
+
 let args: Args
 do {
-    args = try Args(Array(CommandLine.arguments.dropFirst()))
+    args = try Args(argv)
 } catch {
     fail("\(error)")
 }
