@@ -70,6 +70,7 @@ def test_install_keeps_the_container_and_uninstall_removes_it(tmp_path: Path) ->
     ("garbage", "PackageExtractionFailed"),
     ("no_executable", "MissingBundleExecutable"),
     ("other_device", "ApplicationVerificationFailed"),
+    ("ipad_only", "DeviceFamilyNotSupported"),
 ])
 def test_install_refused_as_a_phone_refuses(tmp_path: Path, package: str, error: str) -> None:
     if package == "minimum_os":
@@ -79,8 +80,10 @@ def test_install_refused_as_a_phone_refuses(tmp_path: Path, package: str, error:
         ipa.write_bytes(b"PK not really a zip")
     elif package == "no_executable":
         ipa = app_ipa(tmp_path, extra_info={"CFBundleExecutable": "Elsewhere"})
-    else:
+    elif package == "other_device":
         ipa = app_ipa(tmp_path, devices=["00008140-0000000000000001"])
+    else:
+        ipa = app_ipa(tmp_path, extra_info={"UIDeviceFamily": [2]})
     with running_twin(tmp_path, ios="18.2") as twin:
         with pytest.raises(pmd_exc.AppInstallError, match=error):
             with_lockdown(twin, tmp_path, lambda c: _install(c, ipa))

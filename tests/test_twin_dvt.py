@@ -121,6 +121,32 @@ def test_exit_code_kill_and_pid_checks(tmp_path: Path, caplog: Any) -> None:
     assert reports == [], "a kill from the host leaves no crash report"
 
 
+def test_a_suspended_launch_waits_for_resume(tmp_path: Path) -> None:
+    async def body(provider: Any) -> tuple[str, str, list[str]]:
+        async with DvtProvider(provider) as dvt, ProcessControl(dvt) as pc, DeviceInfo(dvt) as di:
+            output: list[str] = []
+
+            async def pump() -> None:
+                async for event in pc:
+                    output.append(event.message)
+
+            reader = asyncio.create_task(pump())
+            pid = await pc.launch(BUNDLE, arguments=["--say", "resumed"], start_suspended=True)
+            await asyncio.sleep(0.3)
+            stopped = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            await pc.resume(pid)
+            while await di.is_running_pid(pid):
+                await asyncio.sleep(0.05)
+            await asyncio.sleep(0.2)
+            reader.cancel()
+            return stopped, "".join(output), []
+
+    with running_twin(tmp_path) as twin:
+        with_lockdown(twin, tmp_path, lambda c: _install(c, app_ipa(tmp_path)))
+        state, output, _ = with_developer(twin, tmp_path, body)
+    assert state == "T" and output == "resumed\n"
+
+
 async def _flushed_reports(client: Any, match: str) -> list[Any]:
     manager = CrashReportsManager(client)
     try:

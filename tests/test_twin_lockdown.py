@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import plistlib
 import signal
 import subprocess
 from pathlib import Path
@@ -75,8 +76,6 @@ def test_a_host_the_phone_forgot_gets_no_session(tmp_path: Path) -> None:
     with running_twin(tmp_path) as twin:
         record = twin.phone.records.read(twin.phone.cfg.udid)
         assert record is not None
-        import plistlib
-
         twin.call(lambda p: p.trusted.forget(plistlib.loads(record)["HostID"]))
         assert not with_lockdown(twin, tmp_path, _paired), "StartSession answered InvalidHostID"
 

@@ -127,6 +127,10 @@ class AppStore:
                     "DeviceOSVersionTooLow",
                     f"The system version is lower than the minimum OS version specified for bundle at path "
                     f"{package.app_dir}: {self.ios} < {minimum}")
+        family = package.info.get("UIDeviceFamily")
+        if isinstance(family, list) and family and 1 not in family:
+            raise PackageRefused("DeviceFamilyNotSupported",
+                                 f"The app's UIDeviceFamily {family} does not include the iPhone (1)")
         check_profile(package, self.udid)
         if package.unpacked_bytes > free_bytes:
             raise PackageRefused(

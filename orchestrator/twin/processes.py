@@ -27,6 +27,8 @@ from orchestrator.twin.crashes import CRASHING, CrashReports
 
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 TAIL_LINES = 20
+# What the Swift runtime prints before it traps: a phone puts it in the report's application info.
+FATAL_MARKS = ("Fatal error", "Assertion failed", "Precondition failed", "fatal error")
 
 
 class Observer(Protocol):
@@ -91,11 +93,13 @@ class Processes:
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8", "HOME": str(container),
                "CFFIXED_USER_HOME": str(container), "TMPDIR": str(container / "tmp"), **self.environment()}
         env.update({str(k): str(v) for k, v in environment.items()})
+        # Suspended (StartSuspendedKey): a shell that stops itself, then on resumePid: (SIGCONT) execs
+        # the app in its place, same pid. (Stopping before exec would hang the spawn: Popen waits for it.)
+        spawn = ["/bin/sh", "-c", 'kill -STOP $$ && exec "$@"', "twin-suspended", *argv] if suspended else argv
         try:
             proc = await asyncio.create_subprocess_exec(
-                *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+                *spawn, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.STDOUT, cwd=container, env=env, start_new_session=True,
-                preexec_fn=_stop_self if suspended else None,
             )
         except OSError as exc:
             raise LaunchRefused(f"{argv[0]}: {exc.strerror or exc}") from None
@@ -162,7 +166,7 @@ class Processes:
         if run.jetsam_rss is not None and run.limit is not None:
             self.crashes.jetsam(app.executable, run.pid, run.jetsam_rss, int(run.limit))
         elif sig in CRASHING:
-            fatal = [line for line in run.tail if "Fatal error" in line or "fatal" in line.lower()][-3:]
+            fatal = [line for line in run.tail if any(m in line for m in FATAL_MARKS)][-3:]
             self.crashes.crash(app.executable, app.bundle_id, str(app.info.get("CFBundleShortVersionString", "")),
                                run.pid, sig, run.argv[0], fatal)
         run.exited.set()
@@ -199,7 +203,3 @@ class Processes:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(run.exited.wait(), 5.0)
 
-
-def _stop_self() -> None:
-    """In the child, before exec: stop, as a launch with StartSuspendedKey waits for resumePid:."""
-    os.kill(os.getpid(), signal.SIGSTOP)
