@@ -5,6 +5,7 @@ stand-in app executable for the launch tests."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import subprocess
@@ -83,6 +84,7 @@ APP = textwrap.dedent('''\
 ''')
 
 
+@functools.cache
 def harness_has_app() -> bool:
     """The harness is built, with its `app` command (the app's logic on a host)."""
     if not HARNESS.exists():
