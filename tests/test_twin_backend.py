@@ -45,7 +45,7 @@ def _device(twin: Any, ipa: Path, **over: Any) -> IphoneDevice:
 def test_the_iphone_backend_prepares_measures_and_runs_trials_on_the_twin(tmp_path: Path, ios: str, build: str) -> None:
     ipa = app_ipa(tmp_path, minimum_os="16.0", increased_memory=False)
 
-    async def body(device: IphoneDevice) -> None:
+    async def body(device: IphoneDevice, twin: Any) -> None:
         health = await device.health()
         assert health.state == "harness_missing", health
         first = await device.prepare(Artifacts())
@@ -73,11 +73,16 @@ def test_the_iphone_backend_prepares_measures_and_runs_trials_on_the_twin(tmp_pa
 
         hung = await device.run_trial(contract_spec("rawloop-cpu", "models/m.gguf", "twin-0003"), 0.5)
         assert isinstance(hung, TrialFailure) and hung.kind == "hung", hung
+
+        twin.call(lambda p: setattr(p, "locked", True))  # services start; SpringBoard launches nothing
+        locked = await device.run_trial(contract_spec("rawloop-cpu", "models/m.gguf", "twin-0004"), 30)
+        assert isinstance(locked, TrialFailure) and locked.kind == "launch_failed", locked
+        assert locked.detail is not None and "unlock the phone" in locked.detail
         await device.close()
 
     with running_twin(tmp_path, ios=ios, crash_report_delay_s=30) as twin:
         device = _device(twin, ipa)
-        asyncio.run(body(device))
+        asyncio.run(body(device, twin))
         launched = [argv for bundle, argv in twin.phone.processes.launches if bundle == BUNDLE]
     assert launched[0][-4:] == ["--spec", "specs/twin-0001.json", "--out", "results/twin-0001.json"]
 

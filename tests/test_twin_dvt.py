@@ -199,6 +199,10 @@ def test_launch_refused_as_a_phone_refuses(tmp_path: Path) -> None:
         with pytest.raises(DTXNsError, match="FBSApplicationLibrary"):
             with_developer(twin, tmp_path, lambda c: launch(c, "dev.orch.absent"))
         with_lockdown(twin, tmp_path, lambda c: _install(c, app_ipa(tmp_path)))
+        twin.call(lambda p: setattr(p, "locked", True))  # services still start; SpringBoard will not launch
+        with pytest.raises(DTXNsError, match="Locked"):
+            with_developer(twin, tmp_path, lambda c: launch(c, BUNDLE))
+        twin.call(lambda p: setattr(p, "locked", False))
         twin.call(lambda p: setattr(p, "ddi_mounted", False))
         with pytest.raises(pmd_exc.InvalidServiceError):  # over RSD: dtservicehub is not advertised
             with_developer(twin, tmp_path, lambda c: launch(c, BUNDLE))

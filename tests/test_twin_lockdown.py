@@ -80,10 +80,10 @@ def test_a_host_the_phone_forgot_gets_no_session(tmp_path: Path) -> None:
         assert not with_lockdown(twin, tmp_path, _paired), "StartSession answered InvalidHostID"
 
 
-def test_a_locked_phone_refuses_services(tmp_path: Path) -> None:
+def test_a_phone_not_unlocked_since_boot_refuses_services(tmp_path: Path) -> None:
     from pymobiledevice3.services.installation_proxy import InstallationProxyService
 
-    with running_twin(tmp_path, locked=True) as twin:
+    with running_twin(tmp_path, unlocked_since_boot=False) as twin:
 
         async def body(client: Any) -> None:
             async with InstallationProxyService(lockdown=client) as proxy:

@@ -62,7 +62,7 @@ def test_no_disk_image_no_dtservicehub_and_a_locked_phone_refuses(tmp_path: Path
 
     with running_twin(tmp_path, ddi_mounted=False) as twin:
         assert "com.apple.instruments.dtservicehub" not in with_developer(twin, tmp_path, services)
-        twin.call(lambda p: setattr(p, "locked", True))
+        twin.call(lambda p: setattr(p, "unlocked_since_boot", False))
         with pytest.raises(pmd_exc.StartServiceError, match="PasswordProtected"):
             with_developer(twin, tmp_path, apps)
 

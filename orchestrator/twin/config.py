@@ -36,7 +36,10 @@ class TwinConfig(Strict):
                          "false: no record until a client pairs (Pair, then SavePairRecord)")
     trust: Literal["accept", "pending", "deny"] = Field(
         default="accept", description="What the person at the phone answers to 'Trust This Computer?'")
-    locked: bool = Field(default=False, description="Passcode-locked: services refuse with PasswordProtected")
+    locked: bool = Field(default=False, description="Passcode-locked now: app launches and pairing are refused")
+    unlocked_since_boot: bool = Field(
+        default=True, description="False: not unlocked once since boot (data protection): services refuse to "
+        "start with PasswordProtected")
     developer_mode: bool = True
     ddi_mounted: bool = True
     developer_over_lockdown: Literal["always", "as-ios"] = Field(

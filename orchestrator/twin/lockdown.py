@@ -112,7 +112,7 @@ class Lockdown:
         record = request.get("PairRecord")
         if not isinstance(record, dict) or any(k not in record for k in PAIR_FIELDS):
             return {"Error": "InvalidPairRecord"}
-        if self.phone.locked:
+        if self.phone.locked or not self.phone.unlocked_since_boot:
             return {"Error": "PasswordProtected"}
         if self.phone.trust_answer == "pending":
             return {"Error": "PairingDialogResponsePending"}

@@ -97,6 +97,7 @@ class Phone:
         # state a test (or a person, through `orch twin`) may change while the twin runs
         self.plugged = True
         self.locked = cfg.locked
+        self.unlocked_since_boot = cfg.unlocked_since_boot
         self.developer_mode = cfg.developer_mode
         self.ddi_mounted = cfg.ddi_mounted and cfg.developer_mode
         self.trust_answer = cfg.trust
@@ -167,7 +168,7 @@ class Phone:
         service = SERVICES.get(name)
         if service is None:
             return "InvalidService"
-        if self.locked:
+        if not self.unlocked_since_boot:
             return "PasswordProtected"
         if service.developer and (
             not self.ddi_mounted or not self.developer_mode

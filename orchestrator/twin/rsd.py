@@ -163,7 +163,7 @@ class Rsd:
         if not isinstance(checkin, dict) or checkin.get("Request") != "RSDCheckin":
             return
         await send_plist(writer, {"Request": "RSDCheckin"})
-        if phone.locked and name != REMOTE_LOCKDOWN:
+        if not phone.unlocked_since_boot and name != REMOTE_LOCKDOWN:
             await send_plist(writer, {"Request": "StartService", "Error": "PasswordProtected"})
             return
         await send_plist(writer, {"Request": "StartService"})
