@@ -55,16 +55,27 @@ def test_every_word_arrives_intact_and_nothing_executes(make_runner: Callable[[]
     assert not marker.exists()
 
 
-def test_timeout_kills_the_command_and_its_children(make_runner: Callable[[], Runner]) -> None:
-    tag = f"{time.time():.6f}"
+def test_timeout_kills_the_command_and_its_children(make_runner: Callable[[], Runner], tmp_path: Path) -> None:
+    pids = tmp_path / "pids"
     runner = make_runner()
     t0 = time.monotonic()
-    res = go(closing(runner, runner.run(["sh", "-c", f"sleep 300 & sleep 301; echo {tag}"], timeout=1.0)))
+    script = f'sleep 300 & echo $! > "{pids}"; echo $$ >> "{pids}"; sleep 301'
+    res = go(closing(runner, runner.run(["sh", "-c", script], timeout=1.0)))
     assert res.timed_out and res.returncode is None and not res.ok
     assert time.monotonic() - t0 < 20
-    time.sleep(0.2)
-    left = subprocess.run(["pgrep", "-f", "sleep 30[01]"], capture_output=True, text=True).stdout.split()
-    assert left == [], "the command and its children are killed"
+    started = [int(p) for p in pids.read_text().split()]
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and any(_alive(p) for p in started):
+        time.sleep(0.05)
+    assert not [p for p in started if _alive(p)], "the command and its children are killed"
+
+
+def _alive(pid: int) -> bool:
+    """Running (a zombie waiting for its parent counts as gone)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return False
 
 
 def test_lines_stream_as_they_come(make_runner: Callable[[], Runner]) -> None:
