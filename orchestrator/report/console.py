@@ -108,7 +108,8 @@ def devices_table(rows: list[Any]) -> Table:
     table = Table(title="Devices", title_justify="left")
     for col in ("device", "kind", "host", "health", "model", "chip", "OS", "harness", "thermal", "battery C",
                 "fix"):
-        table.add_column(col)
+        # the health state is the word a person (or grep) looks for: narrow terminals wrap the rest
+        table.add_column(col, no_wrap=col == "health", overflow="fold")
     for r in rows:
         i, t = r.info, r.telemetry
         ok = r.health.state == "ok"
