@@ -107,3 +107,25 @@ def test_the_device_contract_holds_on_the_twin_running_the_real_harness(tmp_path
 
     with running_twin(tmp_path, ios=ios) as twin:
         asyncio.run(body(_device(twin, ipa)))
+
+
+def test_a_cable_pulled_mid_trial_is_a_disconnect_and_health_says_so(tmp_path: Path) -> None:
+    ipa = app_ipa(tmp_path, minimum_os="16.0")
+
+    async def body(device: IphoneDevice, twin: Any) -> None:
+        await device.prepare(Artifacts())
+        await _push(device, "/Documents/stand-in.json", json.dumps({"twin-0005": ["--sleep", "30"]}).encode())
+        trial = asyncio.create_task(device.run_trial(contract_spec("rawloop-cpu", "m.gguf", "twin-0005"), 60))
+        await asyncio.sleep(1.0)
+        await asyncio.to_thread(twin.unplug)
+        failure = await trial
+        assert isinstance(failure, TrialFailure) and failure.kind == "disconnected", failure
+        health = await device.health()
+        assert health.state == "not_connected", health
+        await asyncio.to_thread(twin.replug)
+        assert (await device.health()).state == "ok"
+        await device.close()
+
+    with running_twin(tmp_path, ios="18.2") as twin:
+        asyncio.run(body(_device(twin, ipa), twin))
+        assert twin.phone.processes.by_bundle(BUNDLE) is not None, "the app keeps running on the phone"

@@ -94,7 +94,7 @@ class Phone:
                                     cfg.product_type)
         self.processes = Processes(cfg.launch, self.crashes, cfg.memory_poll_s, self._app_environment)
         self.thermal = ThermalClock(cfg.thermal, cfg.thermal_speed, self.processes.pids)
-        # state a test (or a person, through `orch twin`) may change while the twin runs
+        # state a test may change while the twin runs (`ThreadedTwin.call`); `Twin.unplug` for the cable
         self.plugged = True
         self.locked = cfg.locked
         self.unlocked_since_boot = cfg.unlocked_since_boot

@@ -52,6 +52,7 @@ class Rsd:
         self.host = host
         self.servers: dict[str, asyncio.Server] = {}
         self.tasks: set[asyncio.Task[None]] = set()
+        self.writers: set[asyncio.StreamWriter] = set()
 
     def port(self, name: str) -> int:
         return int(self.servers[name].sockets[0].getsockname()[1])
@@ -76,14 +77,17 @@ class Rsd:
             task = asyncio.current_task()
             assert task is not None
             self.tasks.add(task)
+            self.writers.add(writer)
             try:
-                await handler(reader, writer)
+                if self.phone.plugged or handler == self._tunneld:  # unplugged: the tunnel is gone
+                    await handler(reader, writer)
             except (asyncio.CancelledError, PeerGone, asyncio.IncompleteReadError, ConnectionError):
                 pass
             except Exception:
                 log.exception("twin rsd: connection failed")
             finally:
                 self.tasks.discard(task)
+                self.writers.discard(writer)
                 await close(writer)
 
         return run

@@ -26,6 +26,7 @@ class Twin:
         self.rsd: Rsd | None = None
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
+        self._writers: set[asyncio.StreamWriter] = set()
 
     @property
     def address(self) -> str:
@@ -49,18 +50,32 @@ class Twin:
             task = asyncio.current_task()
             assert task is not None
             self._connections.add(task)
+            self._writers.add(writer)
             try:
                 await mux.handle(reader, writer)
             except asyncio.CancelledError:
                 pass  # stop() ends every connection; asyncio would log a cancelled handler as an error
             finally:
                 self._connections.discard(task)
+                self._writers.discard(writer)
 
         self._server = await asyncio.start_server(accept, self.cfg.host, self.cfg.port)
         if self.cfg.serves_rsd:
             self.rsd = Rsd(self.phone, self.cfg.host)
             await self.rsd.start(self.cfg.tunneld_port)
         return self
+
+    def unplug(self) -> None:
+        """Pull the cable: every connection drops at once, usbmuxd lists nothing and tunneld names no
+        tunnel until `replug`. The apps keep running on the phone, as they would."""
+        assert self.phone is not None
+        self.phone.plugged = False
+        for writer in [*self._writers, *(self.rsd.writers if self.rsd else [])]:
+            writer.transport.abort()
+
+    def replug(self) -> None:
+        assert self.phone is not None
+        self.phone.plugged = True
 
     async def stop(self) -> None:
         """Close the listener, kill the app processes, drop every connection."""
@@ -111,6 +126,12 @@ class ThreadedTwin:
     def phone(self) -> Phone:
         assert self.twin.phone is not None
         return self.twin.phone
+
+    def unplug(self) -> None:
+        self.call(lambda _: self.twin.unplug())
+
+    def replug(self) -> None:
+        self.call(lambda _: self.twin.replug())
 
     def call(self, fn: Callable[[Phone], object]) -> object:
         async def run() -> object:
