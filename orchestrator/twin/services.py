@@ -19,8 +19,11 @@ if TYPE_CHECKING:
 async def installation_proxy(phone: Phone, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
     while True:
         request = await read_plist(reader)
-        command = request.get("Command") if isinstance(request, dict) else None
-        options = request.get("ClientOptions") or {} if isinstance(request, dict) else {}
+        if not isinstance(request, dict):
+            await send_plist(writer, {"Error": "MissingCommand"})
+            continue
+        command = request.get("Command")
+        options = request.get("ClientOptions") or {}
         if command == "Lookup":
             await send_plist(writer, {"LookupResult": phone.apps.lookup(options), "Status": "Complete"})
         elif command == "Browse":
