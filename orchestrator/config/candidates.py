@@ -8,21 +8,22 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from orchestrator.config.base import Strict
+from orchestrator.config.base import Name, Strict
 from orchestrator.config.loader import read_yaml, validate
 
 Gate = Literal["none", "audit_first"]
+MAX_GB_S = 100_000.0  # as a sim device's bandwidth: ten times the fastest HBM
 
 
 class Range(Strict):
     """A figure the seed gives as a range ("19-20 tok/s"); a single number is low == high."""
 
-    low: float = Field(gt=0)
-    high: float = Field(gt=0)
+    low: float = Field(gt=0, le=1e6)
+    high: float = Field(gt=0, le=1e6)
 
     @model_validator(mode="after")
     def _ordered(self) -> Range:
@@ -44,8 +45,8 @@ def _as_range(value: object) -> object:
 
 
 class Candidate(Strict):
-    rank: int = Field(ge=1, description="The seed's rank")
-    id: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    rank: int = Field(ge=1, le=10_000, description="The seed's rank")
+    id: Name
     target: str
     models: list[str] = Field(min_length=1, description="Regexes matched against a plan's `model`")
     device_classes: list[str] = Field(min_length=1, description="Chip classes the figures are for")
@@ -103,14 +104,16 @@ class Workload(Strict):
 
 
 class Chip(Strict):
-    stream_gb_s: float | None = Field(default=None, gt=0, description="Clean int8 dense weight stream")
-    workloads: dict[str, float] = Field(default_factory=dict, description="Measured ceiling per workload class")
+    stream_gb_s: float | None = Field(default=None, gt=0, le=MAX_GB_S, description="Clean int8 dense weight stream")
+    workloads: dict[str, Annotated[float, Field(gt=0, le=MAX_GB_S)]] = Field(
+        default_factory=dict, description="Measured ceiling per workload class"
+    )
     source: str = ""
 
 
 class Thresholds(Strict):
-    near: float = Field(default=0.90, gt=0, description="effective/ceiling at or above: no glue to harvest")
-    candidate: float = Field(default=0.75, gt=0, description="below: a raw-loop candidate")
+    near: float = Field(default=0.90, gt=0, le=10, description="effective/ceiling at or above: no glue to harvest")
+    candidate: float = Field(default=0.75, gt=0, le=10, description="below: a raw-loop candidate")
 
     @model_validator(mode="after")
     def _ordered(self) -> Thresholds:

@@ -7,19 +7,17 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from orchestrator.config.base import Strict
+from orchestrator.config.base import HOUR, MAX_NAME, Name, PollInterval, Strict, Timeout, Wait
 from orchestrator.config.sim import SimDeviceConfig
-
-ID = Field(pattern=r"^[A-Za-z0-9_.-]+$")
 
 
 class LocalHost(Strict):
-    id: str = ID
+    id: Name
     kind: Literal["local"]
 
 
 class SshHost(Strict):
-    id: str = ID
+    id: Name
     kind: Literal["ssh"]
     address: str
     port: int = Field(default=22, ge=1, le=65535)
@@ -27,8 +25,8 @@ class SshHost(Strict):
     key: str | None = Field(default=None, description="Private key file; else the SSH agent")
     known_hosts: str = Field(default="~/.ssh/known_hosts")
     trust_new_host_key: bool = Field(default=False, description="Explicit opt-in to accept an unknown key")
-    connect_timeout_s: float = Field(default=10.0, gt=0)
-    keepalive_s: float = Field(default=15.0, ge=0)
+    connect_timeout_s: Timeout = 10.0
+    keepalive_s: float = Field(default=15.0, ge=0, le=HOUR, description="0: no keepalives")
     orch_command: str = Field(default="orch", description="How to start orch on this host (for `orch agent`)")
     python: str = Field(default="python3", description="Interpreter that runtime environments are made with")
     cache: str = Field(default="~/.cache/orch", description="Cache folder on this host: runtimes, converted models")
@@ -40,7 +38,7 @@ Host = Annotated[LocalHost | SshHost, Field(discriminator="kind")]
 class HostDeviceConfig(Strict):
     """The host itself, measured through the `harness` CLI on its CPU."""
 
-    id: str = ID
+    id: Name
     kind: Literal["host"]
     host: str = "local"
     harness: str | None = Field(default=None, description="Prebuilt harness binary to push; else build")
@@ -56,19 +54,17 @@ BUNDLE_ID = r"^[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)+$"
 class IphoneDeviceConfig(Strict):
     """An iPhone on USB, driven through pymobiledevice3 (``orchestrator.devices.iphone``)."""
 
-    id: str = ID
+    id: Name
     kind: Literal["iphone"]
-    udid: str = Field(pattern=r"^[A-Za-z0-9-]+$")
+    udid: str = Field(pattern=r"^[A-Za-z0-9-]+$", max_length=MAX_NAME)
     host: str = "local"
     tunnel: Literal["userspace", "tunneld"] = Field(
         default="userspace", description="iOS 17+ developer services: in-process userspace tunnel, or a root tunneld"
     )
     tunneld_address: str | None = Field(default=None, description="host:port of tunneld; default 127.0.0.1:49151")
     usbmux_address: str | None = Field(default=None, description="usbmuxd socket; default the system's")
-    bundle_id: str = Field(default="dev.orch.harness", pattern=BUNDLE_ID)
-    process_name: str = Field(
-        default="HarnessApp", pattern=r"^[A-Za-z0-9_.-]+$", description="Executable name, for crash reports"
-    )
+    bundle_id: str = Field(default="dev.orch.harness", pattern=BUNDLE_ID, max_length=255)
+    process_name: Name = Field(default="HarnessApp", description="Executable name, for crash reports")
     ipa: str | None = Field(default=None, description="Harness .ipa (or .app dir) that prepare installs")
     competitor_apps: dict[str, str] = Field(default_factory=dict, description="bundle id -> .ipa to install")
     engine_apps: dict[str, str] = Field(
@@ -76,16 +72,16 @@ class IphoneDeviceConfig(Strict):
     )
     documents_only: bool = Field(default=False, description="house_arrest VendDocuments instead of VendContainer")
     thermal_probe: bool = Field(default=False, description="telemetry launches the app with --probe thermal")
-    thermal_max_age_s: float = Field(default=120.0, ge=0, description="Use the last result's thermal state this long")
-    connect_timeout_s: float = Field(default=20.0, gt=0)
-    call_timeout_s: float = Field(default=30.0, gt=0, description="Any one device call")
-    install_timeout_s: float = Field(default=900.0, gt=0)
-    poll_s: float = Field(default=0.5, gt=0, description="Result/process poll interval during a trial")
+    thermal_max_age_s: Wait = Field(default=120.0, description="Use the last result's thermal state this long")
+    connect_timeout_s: Timeout = 20.0
+    call_timeout_s: Timeout = Field(default=30.0, description="Any one device call")
+    install_timeout_s: Timeout = 900.0
+    poll_s: PollInterval = Field(default=0.5, description="Result/process poll interval during a trial")
 
     @model_validator(mode="after")
     def _apps(self) -> IphoneDeviceConfig:
         for bundle in [*self.competitor_apps, *self.engine_apps.values()]:
-            if not re.match(BUNDLE_ID, bundle):
+            if len(bundle) > 255 or not re.fullmatch(BUNDLE_ID, bundle):
                 raise ValueError(f"not a bundle id: {bundle!r}")
         return self
 

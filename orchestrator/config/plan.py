@@ -4,51 +4,96 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from orchestrator.config.base import Strict
-from orchestrator.protocol import FailureKind, TrialResult, TuningValue
+from orchestrator.config.base import (
+    HOUR,
+    MAX_PROMPT_TOKENS,
+    Alpha,
+    Celsius,
+    ChunkWidth,
+    Int64,
+    Name,
+    Seed,
+    Strict,
+    Timeout,
+    Wait,
+)
+from orchestrator.protocol import FailureKind, TrialResult
+
+# A trial's decode: every token is timed and journaled, trial1 and each warm repetition alike.
+MAX_DECODE_TOKENS = 2**15
+MAX_WARM_REPETITIONS = 100
+MAX_TIMED_TOKENS = 2**18  # decode_tokens x (1 + warm_repetitions): a trial record of a few MB at most
+# Blocks and arms: a session of 1000 blocks is weeks of a phone's time; 16 arms are 120 pairs.
+MAX_BLOCKS = 1000
+MAX_ARMS = 16
+MAX_LAUNCHES_PER_ARM = 2 * MAX_BLOCKS
+# Resampling: each comparison builds (values x resamples) matrices; this keeps launches per arm x
+# resamples at what a laptop holds (about 200 MB at the limit, a few seconds per comparison).
+MAX_RESAMPLES = 100_000
+MAX_RESAMPLING_WORK = 10_000_000
+
+# What an arm passes to the engine: numbers as the harness reads them (Int64, finite doubles of a
+# magnitude an engine parameter could have).
+EngineValue = Int64 | Annotated[float, Field(ge=-1e18, le=1e18)] | str | bool
 
 
 class Arm(Strict):
-    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    name: Name
     runtime: str
     build: str | None = None
-    engine: dict[str, TuningValue] = Field(default_factory=dict, description="Engine config / tuning params")
-    threads: int | None = Field(default=None, ge=1)
+    engine: dict[str, EngineValue] = Field(default_factory=dict, description="Engine config / tuning params")
+    threads: int | None = Field(default=None, ge=1, le=1024)
 
 
 class TrialSettings(Strict):
-    prompt_tokens: int = Field(default=64, ge=1)
-    decode_tokens: int = Field(default=128, ge=2)
-    chunk_width: int = Field(default=1, ge=1)
-    warm_repetitions: int = Field(default=0, ge=0)
-    timeout_s: float = Field(default=600.0, gt=0)
+    prompt_tokens: int = Field(default=64, ge=1, le=MAX_PROMPT_TOKENS)
+    decode_tokens: int = Field(default=128, ge=2, le=MAX_DECODE_TOKENS)
+    chunk_width: ChunkWidth = 1
+    warm_repetitions: int = Field(default=0, ge=0, le=MAX_WARM_REPETITIONS)
+    timeout_s: Timeout = 600.0
     clear_caches: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _timed_tokens(self) -> TrialSettings:
+        timed = self.decode_tokens * (1 + self.warm_repetitions)
+        if timed > MAX_TIMED_TOKENS:
+            raise ValueError(f"decode_tokens x (1 + warm_repetitions) = {timed} tokens timed per launch; "
+                             f"at most {MAX_TIMED_TOKENS}")
+        return self
 
 
 class SettlePolicy(Strict):
     require_nominal: bool = True
-    battery_margin_c: float = Field(default=1.5, gt=0, description="Allowed rise over the idle baseline")
-    flat_window_s: float = Field(default=60.0, ge=0)
-    flat_tolerance_c: float = Field(default=0.3, ge=0, description="Max spread of battery temp over the window")
-    min_gap_s: float = Field(default=90.0, ge=0)
-    poll_s: float = Field(default=10.0, gt=0)
-    timeout_s: float = Field(default=900.0, gt=0)
-    idle_baseline_c: float | None = Field(default=None, description="Else the session's lowest reading")
+    battery_margin_c: float = Field(default=1.5, gt=0, le=100, description="Allowed rise over the idle baseline")
+    flat_window_s: Wait = 60.0
+    flat_tolerance_c: float = Field(
+        default=0.3, ge=0, le=100, description="Max spread of battery temp over the window"
+    )
+    min_gap_s: Wait = 90.0
+    poll_s: float = Field(default=10.0, ge=0.1, le=HOUR, description="Thermal sensors update about once a second")
+    timeout_s: Timeout = 900.0
+    idle_baseline_c: Celsius | None = Field(default=None, description="Else the session's lowest reading")
     charging: Literal["any", "required", "forbidden"] = "any"
     allow_low_power: bool = False
-    max_load_1m: float | None = Field(default=None, ge=0, description="Hosts: wait while other work loads the CPU")
+    max_load_1m: float | None = Field(
+        default=None, ge=0, le=100_000, description="Hosts: wait while other work loads the CPU"
+    )
 
 
 class SequentialLooks(Strict):
     """Group-sequential looks at launches-per-arm counts, each with its own alpha and futility bound."""
 
-    looks: list[int] = Field(default=[12, 20, 30, 40], min_length=1)
-    alpha_per_look: float = Field(default=0.02, gt=0, lt=1)
-    futility: list[float] = Field(default=[0.835, 0.538, 0.279], description="Stop if p above, per look")
+    looks: list[Annotated[int, Field(ge=1, le=MAX_LAUNCHES_PER_ARM)]] = Field(
+        default=[12, 20, 30, 40], min_length=1, max_length=100
+    )
+    alpha_per_look: Alpha = 0.02
+    futility: list[Annotated[float, Field(ge=0, le=1)]] = Field(
+        default=[0.835, 0.538, 0.279], max_length=100, description="Stop if p above, per look"
+    )
 
     @model_validator(mode="after")
     def _shape(self) -> SequentialLooks:
@@ -63,11 +108,11 @@ class DecisionRule(Strict):
     """Pre-committed: hashed into the run manifest before the first trial."""
 
     statistic: Literal["log_decode_tok_s", "log_prefill_tok_s"] = "log_decode_tok_s"
-    alpha: float = Field(default=0.05, gt=0, lt=1)
+    alpha: Alpha = 0.05
     min_effect: float = Field(default=0.02, ge=0, lt=1, description="Smallest ratio change called a verdict")
     equivalence_margin: float = Field(default=0.03, gt=0, lt=1)
     ci_method: Literal["block_bootstrap", "permutation"] = "block_bootstrap"
-    resamples: int = Field(default=2000, ge=200)
+    resamples: int = Field(default=2000, ge=200, le=MAX_RESAMPLES)
     power: float = Field(default=0.8, gt=0, lt=1, description="Power at which the MDE is stated")
     sequential: SequentialLooks | None = None
     multiplicity: Literal["holm", "none"] = Field(
@@ -94,34 +139,38 @@ class NightlyAlarm(Strict):
     slowdown >= `consecutive_slowdown`, or one night with p < `single_p` and slowdown >= `single_slowdown`.
     """
 
-    consecutive_nights: int = Field(default=2, ge=1)
-    consecutive_p: float = Field(default=0.05, gt=0, lt=1)
+    consecutive_nights: int = Field(default=2, ge=1, le=365)
+    consecutive_p: Alpha = 0.05
     consecutive_slowdown: float = Field(default=0.03, ge=0, lt=1)
-    single_p: float = Field(default=0.01, gt=0, lt=1)
+    single_p: Alpha = 0.01
     single_slowdown: float = Field(default=0.10, ge=0, lt=1)
 
 
 class RetryPolicy(Strict):
-    max_attempts: int = Field(default=3, ge=1)
-    backoff_s: float = Field(default=30.0, ge=0)
+    max_attempts: int = Field(default=3, ge=1, le=100)
+    backoff_s: float = Field(default=30.0, ge=0, le=HOUR)
     retry_on: list[FailureKind] = Field(default=["disconnected", "crashed", "hung", "bad_output"])
-    max_consecutive_failures: int = Field(default=6, ge=1, description="Then the device's session stops")
+    max_consecutive_failures: int = Field(
+        default=6, ge=1, le=10_000, description="Then the device's session stops"
+    )
 
 
 class Plan(Strict):
-    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    name: Name = Field(description="Part of every run id (and so of directory and file names)")
     description: str = ""
     model: str
-    arms: list[Arm] = Field(min_length=2)
+    arms: list[Arm] = Field(min_length=2, max_length=MAX_ARMS)
     trial: TrialSettings = TrialSettings()
-    blocks: int = Field(default=20, ge=6, description=">= 6: with 5 blocks no p < 0.05 is reachable")
+    blocks: int = Field(
+        default=20, ge=6, le=MAX_BLOCKS, description=">= 6: with 5 blocks no p < 0.05 is reachable"
+    )
     order: Literal["abba", "williams"] = "abba"
     settle: SettlePolicy = SettlePolicy()
     decision: DecisionRule = DecisionRule()
     retry: RetryPolicy = RetryPolicy()
-    devices: list[str] | None = Field(default=None, description="Device ids to use; default all")
+    devices: list[Name] | None = Field(default=None, description="Device ids to use; default all")
     probe: bool = Field(default=True, description="Measure each device's stream ceiling once per session (audit)")
-    seed: int = 0
+    seed: Seed = 0
     nightly: NightlyAlarm | None = Field(default=None, description="Alarm thresholds for `orch nightly`")
 
     @field_validator("arms")
@@ -132,6 +181,20 @@ class Plan(Strict):
         if dupes:
             raise ValueError(f"duplicate arm names: {', '.join(dupes)}")
         return arms
+
+    @field_validator("decision")
+    @classmethod
+    def _resampling_fits(cls, rule: DecisionRule, info: ValidationInfo) -> DecisionRule:
+        blocks, order = info.data.get("blocks"), info.data.get("order")
+        if blocks is None or order is None:
+            return rule  # reported where they are
+        launches = blocks * (2 if order == "abba" else 1)
+        if launches * rule.resamples > MAX_RESAMPLING_WORK:
+            raise ValueError(
+                f"{launches} launches per arm x {rule.resamples} resamples is more than {MAX_RESAMPLING_WORK:,}: "
+                "fewer blocks or resamples"
+            )
+        return rule
 
     @model_validator(mode="after")
     def _order_fits(self) -> Plan:

@@ -2,27 +2,49 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from orchestrator.config.base import Strict
+from orchestrator.config.base import (
+    HOUR,
+    WEEK,
+    Celsius,
+    CelsiusRise,
+    ChunkWidth,
+    Name,
+    Probability,
+    Seed,
+    Strict,
+)
 
 Key = int | str | bool
+
+# Simulated throughput: a real engine decodes somewhere in 0.1 .. 10^4 tok/s and prefills faster.
+# The floor keeps a trial's simulated nanosecond timestamps inside int64 (and a trial within its
+# timeout); the ceilings are orders of magnitude above any device.
+MIN_TOK_S, MAX_DECODE_TOK_S, MAX_PREFILL_TOK_S = 0.01, 1e6, 1e7
+MAX_BANDWIDTH_GB_S = 100_000.0  # 100 TB/s: ten times the fastest HBM
+PrefillRate = Annotated[float, Field(ge=MIN_TOK_S, le=MAX_PREFILL_TOK_S)]
+Multiplier = Annotated[float, Field(ge=0.01, le=100)]  # decode multiplier of a build or tuning value
 
 
 class RuntimeTruth(Strict):
     """True throughput of one runtime on this device at nominal temperature, before noise."""
 
-    decode_tok_s: float | None = Field(default=None, gt=0)
-    bytes_per_token: float | None = Field(default=None, gt=0, description="Weight bytes read per decode token")
-    efficiency: float | None = Field(default=None, gt=0, le=1, description="Fraction of the bandwidth ceiling")
-    prefill_tok_s: float | dict[int, float] = Field(default=200.0, description="One rate, or one per chunk width M")
-    load: float = Field(default=1.0, gt=0, description="Heat produced while running, relative")
-    launch_s: float = Field(default=2.0, ge=0, description="Process start + model load")
+    decode_tok_s: float | None = Field(default=None, ge=MIN_TOK_S, le=MAX_DECODE_TOK_S)
+    bytes_per_token: float | None = Field(
+        default=None, ge=1, le=1e12, description="Weight bytes read per decode token"
+    )
+    efficiency: float | None = Field(default=None, ge=0.001, le=1, description="Fraction of the bandwidth ceiling")
+    prefill_tok_s: PrefillRate | Annotated[dict[ChunkWidth, PrefillRate], Field(min_length=1)] = Field(
+        default=200.0, description="One rate, or one per chunk width M"
+    )
+    load: float = Field(default=1.0, ge=0.01, le=10, description="Heat produced while running, relative")
+    launch_s: float = Field(default=2.0, ge=0, le=HOUR, description="Process start + model load")
     version: str = "sim"
-    builds: dict[str, float] = Field(default_factory=dict, description="Decode multiplier per build")
-    tuning: dict[str, dict[Key, float]] = Field(
+    builds: dict[str, Multiplier] = Field(default_factory=dict, description="Decode multiplier per build")
+    tuning: dict[str, dict[Key, Multiplier]] = Field(
         default_factory=dict, description="Decode multiplier per tuning parameter value"
     )
 
@@ -56,26 +78,26 @@ class RuntimeTruth(Strict):
 
 
 class NoiseModel(Strict):
-    sigma: float = Field(default=0.06, ge=0, description="Per-launch lognormal sigma")
+    sigma: float = Field(default=0.06, ge=0, le=1, description="Per-launch lognormal sigma")
     ar1: float = Field(default=0.3, ge=0, lt=1, description="Launch-to-launch correlation")
-    drift_per_hour: float = Field(default=-0.02, description="Slow drift, fraction per hour of session")
-    outlier_rate: float = Field(default=0.03, ge=0, le=1, description="Rare throttled launches")
+    drift_per_hour: float = Field(default=-0.02, ge=-1, le=1, description="Slow drift, fraction per hour of session")
+    outlier_rate: Probability = Field(default=0.03, description="Rare throttled launches")
     outlier_slowdown: float = Field(default=0.25, ge=0, lt=1)
-    token_jitter: float = Field(default=0.03, ge=0, description="Per-token time jitter, fraction")
+    token_jitter: float = Field(default=0.03, ge=0, le=1, description="Per-token time jitter, fraction")
 
 
 class ThermalModel(Strict):
-    ambient_c: float = 24.0
-    idle_rise_c: float = Field(default=4.0, ge=0, description="Idle SoC sits this far above ambient")
-    start_rise_c: float = Field(default=0.0, ge=0, description="Extra heat at session start")
-    heat_c_per_s: float = Field(default=0.10, ge=0, description="Rise per second at load 1")
-    cool_tau_s: float = Field(default=240.0, gt=0)
-    battery_lag_s: float = Field(default=120.0, gt=0)
-    fair_c: float = 36.0
-    serious_c: float = 41.0
-    critical_c: float = 46.0
-    throttle_per_c: float = Field(default=0.03, ge=0, description="Throughput lost per degree above serious")
-    sensor_noise_c: float = Field(default=0.05, ge=0)
+    ambient_c: Celsius = 24.0
+    idle_rise_c: CelsiusRise = Field(default=4.0, description="Idle SoC sits this far above ambient")
+    start_rise_c: CelsiusRise = Field(default=0.0, description="Extra heat at session start")
+    heat_c_per_s: float = Field(default=0.10, ge=0, le=10, description="Rise per second at load 1")
+    cool_tau_s: float = Field(default=240.0, ge=0.1, le=WEEK, description="A week: a device that never cools")
+    battery_lag_s: float = Field(default=120.0, ge=0.1, le=WEEK)
+    fair_c: Celsius = 36.0
+    serious_c: Celsius = 41.0
+    critical_c: Celsius = 46.0
+    throttle_per_c: float = Field(default=0.03, ge=0, le=1, description="Throughput lost per degree above serious")
+    sensor_noise_c: float = Field(default=0.05, ge=0, le=10)
 
     @model_validator(mode="after")
     def _ordered(self) -> ThermalModel:
@@ -87,24 +109,35 @@ class ThermalModel(Strict):
 class FaultRates(Strict):
     """Per-launch probabilities of each fault, and an optional permanent loss."""
 
-    disconnect: float = Field(default=0.0, ge=0, le=1)
-    crash: float = Field(default=0.0, ge=0, le=1)
-    hang: float = Field(default=0.0, ge=0, le=1)
-    garbage: float = Field(default=0.0, ge=0, le=1)
-    lost_after_s: float | None = Field(default=None, ge=0, description="Unplugged for good after this long")
+    disconnect: Probability = 0.0
+    crash: Probability = 0.0
+    hang: Probability = 0.0
+    garbage: Probability = 0.0
+    lost_after_s: float | None = Field(default=None, ge=0, le=WEEK, description="Unplugged for good after this long")
 
 
 class SimDeviceConfig(Strict):
-    id: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    id: Name
     kind: Literal["sim"]
     host: str = "local"
     model: str = "iPhone (simulated)"
     chip_class: str
     os: str = "iOS 26.1"
-    seed: int = 0
-    bandwidth_gb_s: float = Field(gt=0, description="Clean weight-stream ceiling of the device")
+    seed: Seed = 0
+    bandwidth_gb_s: float = Field(
+        ge=0.01, le=MAX_BANDWIDTH_GB_S, description="Clean weight-stream ceiling of the device"
+    )
     harness_version: str = "sim-1"
     runtimes: dict[str, RuntimeTruth] = Field(min_length=1)
     noise: NoiseModel = NoiseModel()
     thermal: ThermalModel = ThermalModel()
     faults: FaultRates = FaultRates()
+
+    @model_validator(mode="after")
+    def _rates(self) -> SimDeviceConfig:
+        for name, truth in self.runtimes.items():
+            rate = truth.decode_rate(self.bandwidth_gb_s)
+            if not MIN_TOK_S <= rate <= MAX_DECODE_TOK_S:
+                raise ValueError(f"runtime {name!r}: decode at {rate:.3g} tok/s (at {self.bandwidth_gb_s:g} GB/s) "
+                                 f"is outside {MIN_TOK_S:g} .. {MAX_DECODE_TOK_S:g} tok/s")
+        return self
