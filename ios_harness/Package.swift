@@ -28,8 +28,17 @@ let package = Package(
         // C only where Swift's SIMD types cannot say it: x86 int8 dot instructions (pmaddubsw).
         .target(name: "HarnessKernels", cSettings: cFlags),
         .target(name: "HarnessCPU", dependencies: ["HarnessCore", "HarnessKernels"], swiftSettings: cpuFlags),
-        // Every file here is wrapped whole in `#if canImport(Metal)`: Linux compiles it to nothing.
-        .target(name: "HarnessMetal", dependencies: ["HarnessCore", "HarnessCPU"], exclude: ["README.md"]),
+        // Metal on Apple platforms; elsewhere MetalCPU, the emulation (its seam: Metal+Platform.swift).
+        .target(
+            name: "HarnessMetal",
+            dependencies: ["HarnessCore", "HarnessCPU", .target(name: "MetalCPU", condition: .when(platforms: [.linux]))],
+            exclude: ["README.md"]
+        ),
+        // The Metal API subset HarnessMetal uses, emulated on the CPU (Linux only; never in the
+        // iOS app): MSL compiled by clang as C++, run by a fiber runtime with Metal's
+        // threadgroup and SIMD-group semantics. See Tools/MetalCPU/README.md.
+        .target(name: "MetalCPURuntime", path: "Tools/MetalCPURuntime", cSettings: [.unsafeFlags(["-O2"])]),
+        .target(name: "MetalCPU", dependencies: ["MetalCPURuntime"], path: "Tools/MetalCPU", exclude: ["README.md"]),
         .executableTarget(
             name: "harness",
             dependencies: ["HarnessCore", "HarnessCPU", "HarnessMetal"]
@@ -37,6 +46,10 @@ let package = Package(
         .testTarget(
             name: "HarnessCoreTests",
             dependencies: ["HarnessCore"]
+        ),
+        .testTarget(
+            name: "MetalCPUTests",
+            dependencies: ["MetalCPU"]
         ),
         .testTarget(
             name: "HarnessCPUTests",
