@@ -21,6 +21,7 @@ from orchestrator import app as core
 from orchestrator.cli_analysis import register as register_analysis
 from orchestrator.cli_runtimes import register as register_runtimes
 from orchestrator.cli_twin import register as register_twin
+from orchestrator.config import MAX_SEED, MIN_SEED
 from orchestrator.config.fleet import Fleet
 from orchestrator.config.loader import ConfigError, load_any, load_fleet
 from orchestrator.config.plan import Plan
@@ -58,7 +59,7 @@ def _oserror(exc: OSError) -> str:
 
 
 def _fail(message: str, code: int) -> NoReturn:
-    err.print(message, markup=False, highlight=False)
+    err.print(message, markup=False, highlight=False, soft_wrap=True)  # one problem, one line (grep-able)
     raise typer.Exit(code)
 
 
@@ -78,7 +79,7 @@ def run(
     plan: Annotated[Path | None, typer.Option(help="Plan file")] = None,
     results: Results = Path("results"),
     resume: Annotated[str | None, typer.Option(help="Continue a killed run by its id")] = None,
-    seed: Annotated[int | None, typer.Option(help="Override the plan's seed")] = None,
+    seed: Annotated[int | None, typer.Option(min=MIN_SEED, max=MAX_SEED, help="Override the plan's seed")] = None,
 ) -> None:
     """Run a plan on a fleet: settled, fresh, interleaved trials; verdicts by the plan's rule."""
     if resume is not None:
@@ -147,7 +148,7 @@ def validate(files: Annotated[list[Path], typer.Argument(help="Fleet and plan fi
         try:
             model = load_any(path)
         except ConfigError as exc:
-            err.print(str(exc), markup=False, highlight=False)
+            err.print(str(exc), markup=False, highlight=False, soft_wrap=True)
             bad = True
             continue
         what = f"fleet, {len(model.devices)} devices" if isinstance(model, Fleet) else f"plan, {len(model.arms)} arms"

@@ -348,3 +348,11 @@ def test_ctrl_c_at_any_moment_of_start_up_is_130_and_leaves_nothing_half_made(tm
     assert proc.returncode in (0, 130) and "Traceback" not in out, out  # 0: it had finished already
     for run in (tmp_path / "r").iterdir() if (tmp_path / "r").exists() else []:
         assert (run / "manifest.json").is_file(), "a run directory is a run (resumable) or is not there"
+
+
+def test_a_seed_out_of_range_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    f, p = write_inputs(tmp_path, fleet_of(sim_device("p0")), plan_with())
+    for seed in ("-1", str(2**32), str(10**30)):
+        code, out = invoke("run", "--fleet", str(f), "--plan", str(p), "--results", str(tmp_path / "r"), "--seed", seed)
+        assert code == 2 and "--seed" in out, out
+    assert not (tmp_path / "r").exists()
