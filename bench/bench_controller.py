@@ -65,8 +65,8 @@ class Timed(Device):
     async def info(self):  # type: ignore[no-untyped-def]
         return await self._t(self.inner.info())
 
-    async def prepare(self, artifacts):  # type: ignore[no-untyped-def]
-        return await self._t(self.inner.prepare(artifacts))
+    async def prepare(self, artifacts, progress=None):  # type: ignore[no-untyped-def]
+        return await self._t(self.inner.prepare(artifacts, progress))
 
     async def telemetry(self):  # type: ignore[no-untyped-def]
         return await self._t(self.inner.telemetry())

@@ -8,12 +8,17 @@ from typing import TextIO
 
 from orchestrator.config.fleet import Fleet
 from orchestrator.devices import open_device
-from orchestrator.devices.agent import AgentError, Reply, Request
+from orchestrator.devices.agent import AgentError, Pushed, Reply, Request
 from orchestrator.devices.base import Device, DeviceUnavailable
 from orchestrator.protocol import TrialResult
 
 
-async def _handle(req: Request, device: Device | None) -> tuple[Reply, Device | None]:
+def _send(stdout: TextIO, reply: Reply) -> None:
+    stdout.write(reply.model_dump_json() + "\n")
+    stdout.flush()
+
+
+async def _handle(req: Request, device: Device | None, stdout: TextIO) -> tuple[Reply, Device | None]:
     if req.op == "open":
         if req.device is None:
             return Reply(id=req.id, error=AgentError(kind="bad_request", message="open needs a device")), device
@@ -28,7 +33,11 @@ async def _handle(req: Request, device: Device | None) -> tuple[Reply, Device | 
     if req.op == "prepare":
         if req.artifacts is None:
             return Reply(id=req.id, error=AgentError(kind="bad_request", message="prepare needs artifacts")), device
-        return Reply(id=req.id, report=await device.prepare(req.artifacts)), device
+
+        def pushed(name: str, sent: int, total: int) -> None:  # progress replies ahead of the final one
+            _send(stdout, Reply(id=req.id, pushed=Pushed(name=name, sent=sent, total=total)))
+
+        return Reply(id=req.id, report=await device.prepare(req.artifacts, progress=pushed)), device
     if req.op == "telemetry":
         return Reply(id=req.id, telemetry=await device.telemetry()), device
     if req.op == "health":
@@ -59,19 +68,16 @@ async def serve(stdin: TextIO, stdout: TextIO) -> int:
             try:
                 req = Request.model_validate_json(line)
             except ValueError as exc:
-                reply = Reply(id=-1, error=AgentError(kind="bad_request", message=f"bad request: {exc}"))
-                stdout.write(reply.model_dump_json() + "\n")
-                stdout.flush()
+                _send(stdout, Reply(id=-1, error=AgentError(kind="bad_request", message=f"bad request: {exc}")))
                 continue
             try:
-                reply, device = await _handle(req, device)
+                reply, device = await _handle(req, device, stdout)
             except DeviceUnavailable as exc:
                 reply = Reply(id=req.id, error=AgentError(kind="unavailable", message=str(exc), fix=exc.fix,
                                                           state=exc.state))
             except Exception as exc:  # the agent must answer, whatever a backend does
                 reply = Reply(id=req.id, error=AgentError(kind="internal", message=f"{type(exc).__name__}: {exc}"))
-            stdout.write(reply.model_dump_json() + "\n")
-            stdout.flush()
+            _send(stdout, reply)
             if req.op == "close":
                 return 0
     finally:

@@ -18,12 +18,13 @@ from pathlib import Path
 import pandas as pd
 
 from orchestrator.analysis.summary import verdicts
+from orchestrator.artifacts import artifacts_for, deploys, model_file, model_problem, sha256_file
 from orchestrator.config.fleet import Fleet, HostDeviceConfig, IphoneDeviceConfig
 from orchestrator.config.loader import ConfigError, Problem, key_line, load_fleet, load_plan
 from orchestrator.config.plan import Plan
 from orchestrator.config.sim import SimDeviceConfig
 from orchestrator.devices import open_device
-from orchestrator.devices.base import DeviceInfo, DeviceUnavailable, Health, Telemetry
+from orchestrator.devices.base import Artifacts, DeviceInfo, DeviceUnavailable, Health, Telemetry
 from orchestrator.results.journal import Journal
 from orchestrator.results.records import EARLY_STOPS, Manifest, Record, RunFinished, RunStarted, StopReason
 from orchestrator.results.store import (
@@ -88,6 +89,8 @@ def _cross_check(fleet: Fleet, plan: Plan, fleet_path: Path, plan_path: Path) ->
             elif isinstance(dev, SimDeviceConfig) and arm.runtime not in dev.runtimes:
                 at(fleet_path, f"devices[{i}].runtimes",
                    f"no ground truth for runtime {arm.runtime!r} (plan arm {arm.name!r})", "devices", i, "runtimes")
+    if (why := model_problem(plan, fleet)) is not None:
+        at(plan_path, "model", why, "model")
     for k, name in enumerate(plan.trial.clear_caches):
         known = [clearable(arm.runtime) for arm in plan.arms]
         if all(caches is not None and name not in caches for caches in known):
@@ -181,6 +184,7 @@ def new_manifest(fleet: Fleet, plan: Plan, fleet_path: Path, plan_path: Path, se
         plan_file=str(plan_path), plan_sha256=_digest(plan.model_dump(mode="json")), rule_digest=plan.decision.digest(),
         fleet=fleet, fleet_file=str(fleet_path), seed=seed,
         sessions=[session_plan(plan, d, seed) for d in devices], versions=_versions(),
+        model_sha256=sha256_file(model_file(plan)) if deploys(plan, fleet) else None,
     )
 
 
@@ -229,19 +233,41 @@ async def execute(run: RunDir, *, observe: Observer = lambda d, r: None) -> RunO
         manifest = run.manifest()
         records = run.records()
         states = resume_state(manifest, records)
+        artifacts = _artifacts(manifest)
         journal = Journal(run.journal_path)
         try:
             journal.append(RunStarted(wall=datetime.now(UTC).timestamp(), resumed=bool(records), pid=os.getpid()))
             # Simulated noise follows the run's seed (reproducible), and is fresh for each resumption.
             stream = manifest.seed + sum(1 for r in records if isinstance(r, RunStarted))
             await run_sessions(
-                manifest, journal, lambda d: open_device(manifest.fleet, d, stream=stream), states, observe=observe
+                manifest, journal, lambda d: open_device(manifest.fleet, d, stream=stream), states, observe=observe,
+                artifacts=artifacts,
             )
             status = "completed" if all_ran(stop_reasons(manifest, run.records())) else "incomplete"
             journal.append(RunFinished(status=status, wall=datetime.now(UTC).timestamp()))
         finally:
             journal.close()
         return _derive(run, save=True)  # after the journal's last record, so every derived table is current
+
+
+def _artifacts(manifest: Manifest) -> dict[str, Artifacts]:
+    """What each device's prepare puts on it; a resumed run must find the model it started with."""
+    plan, fleet = manifest.plan, manifest.fleet
+    if not deploys(plan, fleet):
+        return {}
+    where = Path(manifest.plan_file)
+    problem = model_problem(plan, fleet)
+    if problem is None and manifest.model_sha256 and sha256_file(model_file(plan)) != manifest.model_sha256:
+        problem = (f"{model_file(plan)} changed since run {manifest.run_id} started (sha256 "
+                   f"{manifest.model_sha256[:16]}... then, {sha256_file(model_file(plan))[:16]}... now): put the "
+                   "model it started with back, or start a new run")
+    if problem is not None:
+        try:
+            line = key_line(where, "model")
+        except (ConfigError, OSError):  # the plan file moved or changed since: the manifest still names it
+            line = 0
+        raise ConfigError([Problem(str(where), line, "model", problem)])
+    return artifacts_for(plan, fleet)
 
 
 def derive(run: RunDir) -> RunOutcome:

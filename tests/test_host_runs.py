@@ -17,7 +17,7 @@ from orchestrator.results import load_trials
 def lab(sshd: Sshd, tmp_path: Path, harness: Path, **loop: object) -> Fleet:
     return Fleet.model_validate({
         "name": "loopback-lab",
-        "hosts": [sshd.host(orch_command=ORCH, **loop).model_dump()],
+        "hosts": [sshd.host(orch_command=ORCH, cache=str(tmp_path / "host cache"), **loop).model_dump()],
         "devices": [
             {"id": "here", "kind": "host", "workdir": str(tmp_path / "here")},
             {"id": "there", "kind": "host", "host": "loop", "harness": str(harness), "workdir": str(tmp_path / "w")},
@@ -42,6 +42,12 @@ def test_orch_run_over_ssh_loopback_puts_real_results_in_the_journal(
     assert len(finals(run)) == 24 and set(finals(run).values()) == {1}
     trials = load_trials(run.path)
     assert (trials["status"] == "ok").all(), trials[["status", "failure_message"]]
+    # The model was put in the host's cache folder, and every spec named it there.
+    (prepared,) = [r for r in run.records() if type(r).__name__ == "PreparedRecord"]
+    assert prepared.model.startswith(str(tmp_path / "host cache" / "models") + "/")  # type: ignore[union-attr]
+    assert prepared.model_sha256 == run.manifest().model_sha256 is not None  # type: ignore[union-attr]
+    assert {r.result.model for r in run.records() if type(r).__name__ == "TrialRecord"} == {  # type: ignore[union-attr]
+        prepared.model}  # type: ignore[union-attr]
     assert set(trials["engine_version"]) != {None} and (trials["decode_tok_s"] > 0).all()
     assert (trials["bytes_per_decode_token"] > 0).all()
     settle = next(r for r in run.records() if type(r).__name__ == "TrialRecord").settle  # type: ignore[union-attr]

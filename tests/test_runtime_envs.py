@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 import sys
 from pathlib import Path
 
 import pytest
 import typer
+from conftest import MODEL
 from sshd import Sshd, free_port
 from typer.testing import CliRunner
 
@@ -90,6 +92,7 @@ def test_a_run_whose_runtime_is_not_installed_stops_and_says_how_to_install_it(
     from orchestrator.config import Fleet, Plan
 
     monkeypatch.setenv("ORCH_CACHE", str(tmp_path / "cache"))
+    shutil.copy(MODEL, tmp_path / "model-Q8_0.gguf")  # the model is there; the runtimes are not
     fleet = Fleet.model_validate({"name": "here", "devices": [
         {"id": "here", "kind": "host", "workdir": str(tmp_path / "w")}]})
     plan = Plan.model_validate({"name": "p", "model": str(tmp_path / "model-Q8_0.gguf"), "blocks": 6, "probe": False,

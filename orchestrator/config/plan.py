@@ -158,7 +158,10 @@ class RetryPolicy(Strict):
 class Plan(Strict):
     name: Name = Field(description="Part of every run id (and so of directory and file names)")
     description: str = ""
-    model: str
+    model: str = Field(description="The model file; where it lives: model_location")
+    model_location: Literal["controller", "device"] = Field(
+        default="controller", description="controller: a file here that prepare puts on each device (a sim takes "
+        "it as a label); device: a path already on every device (an iPhone's relative to Documents), used as written")
     arms: list[Arm] = Field(min_length=2, max_length=MAX_ARMS)
     trial: TrialSettings = TrialSettings()
     blocks: int = Field(

@@ -22,12 +22,16 @@ from orchestrator.devices.base import (
     DeviceUnavailable,
     Health,
     HealthState,
+    Placed,
     PrepareReport,
+    Progress,
     Telemetry,
     TrialFailure,
 )
-from orchestrator.devices.runners import ConnectionLost, Runner, RunnerError, Stream
+from orchestrator.devices.deploy import push_to_host
+from orchestrator.devices.runners import ConnectionLost, LocalRunner, Runner, RunnerError, Stream
 from orchestrator.protocol import TrialResult, TrialSpec
+from orchestrator.runtimes.envs import host_cache
 
 AGENT_PROTOCOL = 1
 CALL_TIMEOUT_S = 120.0
@@ -57,8 +61,17 @@ class AgentError(_Msg):
     state: HealthState = "error"
 
 
+class Pushed(_Msg):
+    """Progress of a push during `prepare`: sent before the request's final reply, any number of times."""
+
+    name: str
+    sent: int
+    total: int
+
+
 class Reply(_Msg):
     id: int
+    pushed: Pushed | None = None
     info: DeviceInfo | None = None
     report: PrepareReport | None = None
     telemetry: Telemetry | None = None
@@ -88,7 +101,7 @@ class AgentDevice(Device):
         await self._exchange(Request(id=next(self._ids), op="open", device=self.config), CALL_TIMEOUT_S)
         return stream
 
-    async def _exchange(self, request: Request, timeout: float) -> Reply:
+    async def _exchange(self, request: Request, timeout: float, progress: Progress | None = None) -> Reply:
         assert self._stream is not None
         await self._stream.send(request.model_dump_json())
         while True:
@@ -97,6 +110,10 @@ class AgentDevice(Device):
                 reply = Reply.model_validate_json(line)
             except ValueError:
                 continue  # not ours: a library printing to stdout on the far side
+            if reply.id == request.id and reply.pushed is not None:
+                if progress is not None:
+                    progress(reply.pushed.name, reply.pushed.sent, reply.pushed.total)
+                continue
             if reply.id == request.id:
                 break
         if reply.error is not None:
@@ -104,14 +121,15 @@ class AgentDevice(Device):
                                     state=reply.error.state)
         return reply
 
-    async def _call(self, wait: float, **fields: object) -> Reply:
+    async def _call(self, wait: float, progress: Progress | None = None, **fields: object) -> Reply:
         """One request; on a dead link, reconnect once before giving up."""
         async with self._lock:
             for attempt in (1, 2):
                 try:
                     if self._stream is None:
                         await self._open()
-                    return await self._exchange(Request.model_validate({"id": next(self._ids), **fields}), wait)
+                    request = Request.model_validate({"id": next(self._ids), **fields})
+                    return await self._exchange(request, wait, progress)
                 except (RunnerError, TimeoutError) as exc:
                     await self._drop()
                     if attempt == 2 or isinstance(exc, TimeoutError):
@@ -130,10 +148,32 @@ class AgentDevice(Device):
         assert reply.info is not None
         return reply.info
 
-    async def prepare(self, artifacts: Artifacts) -> PrepareReport:
-        reply = await self._call(PREPARE_TIMEOUT_S, op="prepare", artifacts=artifacts)
+    async def prepare(self, artifacts: Artifacts, progress: Progress | None = None) -> PrepareReport:
+        staged, hop = await self._stage(artifacts, progress)
+        reply = await self._call(PREPARE_TIMEOUT_S, progress, op="prepare", artifacts=staged)
         assert reply.report is not None
-        return reply.report
+        if not hop:
+            return reply.report
+        # Bytes sent count both legs: to the agent's host, and from there on to the device.
+        first = {p.name: p for p in hop}
+        files = [p.model_copy(update={"bytes_sent": p.bytes_sent + first[p.name].bytes_sent,
+                                      "seconds": round(p.seconds + first[p.name].seconds, 3)})
+                 if p.name in first else p for p in reply.report.files]
+        return reply.report.model_copy(update={"files": files})
+
+    async def _stage(self, artifacts: Artifacts, progress: Progress | None) -> tuple[Artifacts, list[Placed]]:
+        """The files onto the agent's host first (its cache folder, skipped by sha256 like any push);
+        the agent's device then takes them from there: a host reads them in place, a phone gets them
+        over AFC. An agent on this machine reads the controller's files directly."""
+        if not artifacts.files or isinstance(self.runner, LocalRunner):
+            return artifacts, []
+        try:
+            placed = await push_to_host(self.runner, await host_cache(self.runner), artifacts.files,
+                                        f"{self.id} (agent host {self.runner.name})", progress)
+        except RunnerError as exc:
+            raise DeviceUnavailable(f"{self.id} (agent host): {exc}", fix=exc.fix, state=exc.state) from None
+        files = [f.model_copy(update={"source": p.path}) for f, p in zip(artifacts.files, placed, strict=True)]
+        return artifacts.model_copy(update={"files": files}), placed
 
     async def telemetry(self) -> Telemetry:
         reply = await self._call(CALL_TIMEOUT_S, op="telemetry")

@@ -7,9 +7,11 @@ and one contract test (``orchestrator.devices.contract``) that every backend pas
 from __future__ import annotations
 
 import abc
+import re
+from collections.abc import Callable
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from orchestrator.protocol import FailureKind, ThermalState, TrialResult, TrialSpec, parse_result
 
@@ -60,17 +62,64 @@ class StreamProbe(_Record):
     threads: int | None = None
 
 
+# One component of a device-relative name: no separators, no `.`/`..`, nothing a shell or AFC reads
+# as special. A name is at most a few components deep (`models/<key>/<file>`).
+_PART = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]{0,127}$")
+
+Progress = Callable[[str, int, int], None]
+"""What `prepare` reports while it pushes a file: (device-relative name, bytes sent, bytes in all)."""
+
+
+class ArtifactFile(_Record):
+    """One file `prepare` puts on a device: the plan's model, a file beside it an arm reads, a tuning table.
+
+    `name` is where it goes relative to the device's own root: an SSH host's cache folder, an
+    iPhone app's Documents. A local host uses the controller's file where it is.
+    """
+
+    source: str = Field(description="The file on the controller (absolute)")
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    size: int = Field(ge=0)
+    name: str = Field(description="Device-relative name, e.g. models/<sha256[:16]>/model-Q8_0.gguf")
+
+    @field_validator("name")
+    @classmethod
+    def _relative(cls, name: str) -> str:
+        parts = name.split("/")
+        if not 1 <= len(parts) <= 4 or not all(_PART.match(p) for p in parts) or any(p in (".", "..") for p in parts):
+            raise ValueError(f"{name!r} is not a relative name of plain components")
+        if parts[-1].endswith((".part", ".sha256", ".tmp")):
+            raise ValueError(f"{name!r} ends like orch's own temporary and marker files")
+        return name
+
+
+class Placed(_Record):
+    """Where an artifact file landed, as the device's own programs name it."""
+
+    name: str
+    path: str = Field(description="Device-local path: absolute on hosts, relative to Documents on iPhones")
+    sha256: str
+    bytes_sent: int = Field(ge=0, description="0 when the device held it (through an agent: both legs, summed)")
+    seconds: float = Field(default=0.0, ge=0)
+
+
 class PrepareReport(_Record):
     installed: str | None = Field(description="Harness version/hash now on the device")
     skipped: bool = Field(description="True when the installed hash already matched")
+    files: list[Placed] = Field(default_factory=list, description="Where each of Artifacts.files landed")
+
+    def path_of(self, name: str) -> str | None:
+        return next((f.path for f in self.files if f.name == name), None)
 
 
 class Artifacts(_Record):
-    """What `prepare` puts on a device: the harness build and any runtime apps/files."""
+    """What `prepare` puts on a device: the harness build, any runtime apps, and files (the model)."""
 
     harness: str | None = None
     harness_sha256: str | None = None
     extra: dict[str, str] = Field(default_factory=dict)
+    files: list[ArtifactFile] = Field(default_factory=list)
+    model: str | None = Field(default=None, description="Which of `files` is the plan's model (its name)")
 
 
 HealthState = Literal[
@@ -85,6 +134,7 @@ HealthState = Literal[
     "auth_refused",
     "host_key_rejected",
     "harness_missing",
+    "no_space",
     "error",
 ]
 
@@ -106,6 +156,26 @@ class DeviceUnavailable(Exception):
         self.state = state
 
 
+class NoSpace(DeviceUnavailable):
+    """`prepare` refused before pushing: the device has less free space than the files need."""
+
+    def __init__(self, device: str, where: str, need: int, free: int, reserve: int):
+        super().__init__(
+            f"{device}: not enough free space: {_size(need)} to push, {_size(free)} free at {where} "
+            f"({_size(reserve)} kept free)",
+            fix=f"free at least {_size(need + reserve - free)} on {device} (old models under {where} can go)",
+            state="no_space",
+        )
+        self.need, self.free = need, free
+
+
+def _size(n: int) -> str:
+    for unit, scale in (("GB", 1 << 30), ("MB", 1 << 20), ("KB", 1 << 10)):
+        if abs(n) >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} B"
+
+
 class Device(abc.ABC):
     """One measured device. Every method is a coroutine; `run_trial` never raises."""
 
@@ -116,8 +186,9 @@ class Device(abc.ABC):
         """Identity: model, chip class, OS, installed harness version."""
 
     @abc.abstractmethod
-    async def prepare(self, artifacts: Artifacts) -> PrepareReport:
-        """Install or update the harness; skip when the installed hash matches."""
+    async def prepare(self, artifacts: Artifacts, progress: Progress | None = None) -> PrepareReport:
+        """Install or update the harness and put `artifacts.files` on the device, skipping what it
+        already holds (by sha256); report where each file landed. `progress` hears large pushes."""
 
     @abc.abstractmethod
     async def telemetry(self) -> Telemetry:

@@ -4,7 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from orchestrator.devices.base import Artifacts, Device, DeviceInfo, PrepareReport, Telemetry, TrialFailure
+from orchestrator.devices.base import (
+    Artifacts,
+    Device,
+    DeviceInfo,
+    Placed,
+    PrepareReport,
+    Progress,
+    Telemetry,
+    TrialFailure,
+)
 from orchestrator.protocol import TrialResult, TrialSpec
 
 Handler = Callable[[TrialSpec], TrialResult | TrialFailure]
@@ -25,11 +34,13 @@ class FakeDevice(Device):
             host="local",
         )
 
-    async def prepare(self, artifacts: Artifacts) -> PrepareReport:
+    async def prepare(self, artifacts: Artifacts, progress: Progress | None = None) -> PrepareReport:
         wanted = artifacts.harness_sha256 or "fake-harness"
         skipped = wanted == self.installed
         self.installed = wanted
-        return PrepareReport(installed=self.installed, skipped=skipped)
+        # Files land under a made-up root, so a test sees the spec name the device's path, not the controller's.
+        files = [Placed(name=f.name, path=f"/fake/{f.name}", sha256=f.sha256, bytes_sent=0) for f in artifacts.files]
+        return PrepareReport(installed=self.installed, skipped=skipped, files=files)
 
     async def telemetry(self) -> Telemetry:
         return self._telemetry

@@ -13,19 +13,24 @@ from pathlib import Path
 
 from orchestrator.config.fleet import HostDeviceConfig
 from orchestrator.devices.base import (
+    ArtifactFile,
     Artifacts,
     Device,
     DeviceInfo,
     DeviceUnavailable,
+    Placed,
     PrepareReport,
+    Progress,
     StreamProbe,
     Telemetry,
     TrialFailure,
     result_or_failure,
 )
+from orchestrator.devices.deploy import push_to_host, remote_sha256
 from orchestrator.devices.runners import CommandResult, LocalRunner, Runner, RunnerError
 from orchestrator.protocol import TrialResult, TrialSpec
 from orchestrator.runtimes.base import RuntimeContext, adapter_for
+from orchestrator.runtimes.envs import host_cache
 
 REPO_HARNESS = Path(__file__).resolve().parents[2] / "ios_harness"
 HARNESS_ENGINES = ("rawloop-cpu",)
@@ -81,11 +86,7 @@ class HostDevice(Device):
         return self._harness
 
     async def _remote_sha256(self, path: str) -> str | None:
-        for argv in (["sha256sum", path], ["shasum", "-a", "256", path]):
-            res = await self._run(argv, timeout=60)
-            if res.ok and res.stdout.split():
-                return res.stdout.split()[0]
-        return None
+        return await remote_sha256(self.runner, path, timeout=60)
 
     # -- the device boundary ---------------------------------------------------------------
     async def info(self) -> DeviceInfo:
@@ -112,9 +113,21 @@ class HostDevice(Device):
             harness_version=str(info["harness_build"]) if "harness_build" in info else None, host=self.cfg.host,
         )
 
-    async def prepare(self, artifacts: Artifacts) -> PrepareReport:
+    async def prepare(self, artifacts: Artifacts, progress: Progress | None = None) -> PrepareReport:
         with self._reachable():
-            return await self._prepare(artifacts)
+            report = await self._prepare(artifacts)
+            return report.model_copy(update={"files": await self._place(artifacts.files, progress)})
+
+    async def _place(self, files: list[ArtifactFile], progress: Progress | None) -> list[Placed]:
+        """The files where the host's programs will read them: on this machine the controller's own
+        files are the device's; an SSH host gets them in its cache folder."""
+        if isinstance(self.runner, LocalRunner):
+            for f in files:
+                if not Path(f.source).is_file():
+                    raise DeviceUnavailable(f"{self.id}: {f.source} not found", state="error",
+                                            fix="make the model (orch model make) or fix the plan's model path")
+            return [Placed(name=f.name, path=f.source, sha256=f.sha256, bytes_sent=0) for f in files]
+        return await push_to_host(self.runner, await host_cache(self.runner), files, self.id, progress)
 
     async def _prepare(self, artifacts: Artifacts) -> PrepareReport:
         binary = artifacts.harness or self.cfg.harness

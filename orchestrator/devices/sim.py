@@ -22,6 +22,7 @@ from orchestrator.devices.base import (
     DeviceInfo,
     DeviceUnavailable,
     PrepareReport,
+    Progress,
     StreamProbe,
     Telemetry,
     TrialFailure,
@@ -103,7 +104,7 @@ class SimDevice(Device):
             os=self.cfg.os, harness_version=self.installed or self.cfg.harness_version, host=self.cfg.host,
         )
 
-    async def prepare(self, artifacts: Artifacts) -> PrepareReport:
+    async def prepare(self, artifacts: Artifacts, progress: Progress | None = None) -> PrepareReport:
         if self._lost():
             raise DeviceUnavailable(f"{self.id}: not connected", fix="reconnect the USB cable")
         wanted = artifacts.harness_sha256 or self.cfg.harness_version

@@ -13,7 +13,7 @@ import os
 import select
 import shlex
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import paramiko
@@ -258,15 +258,24 @@ class SshRunner(Runner):
             sftp = self._sftp_client = await asyncio.to_thread(client.open_sftp)
         return sftp
 
-    async def put(self, local: Path, remote: str) -> None:
+    async def put(self, local: Path, remote: str, progress: Callable[[int, int], None] | None = None) -> None:
+        """Stream `local` to `remote + ".part"`, then rename it into place: the final name never holds a
+        partial file, and a `.part` left by a dropped push is overwritten by the next. `progress`
+        hears (bytes sent, total) on this event loop as the bytes go."""
         remote = await self.expand(remote)
         parent = remote.rsplit("/", 1)[0] or "/"
         mk = await self.run(["mkdir", "-p", parent], timeout=30)
         if not mk.ok:
             raise ConnectionLost(f"{self._where()}: mkdir {parent}: {mk.stderr.strip()}")
         sftp = await self._sftp()
+        loop = asyncio.get_running_loop()
+
+        def sent(done: int, total: int) -> None:  # called in paramiko's thread, every 32 KB
+            if progress is not None:
+                loop.call_soon_threadsafe(progress, done, total)
+
         try:
-            await asyncio.to_thread(sftp.put, str(local), remote + ".part")
+            await asyncio.to_thread(sftp.put, str(local), remote + ".part", sent)
             await asyncio.to_thread(sftp.posix_rename, remote + ".part", remote)
         except (OSError, paramiko.SSHException, EOFError) as exc:
             raise ConnectionLost(f"{self._where()}: put {remote}: {exc}") from None

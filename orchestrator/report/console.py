@@ -13,13 +13,14 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from orchestrator.analysis.summary import family_words
-from orchestrator.results.records import Manifest, SessionStopped, TrialRecord
+from orchestrator.results.records import Manifest, PushProgress, SessionStopped, TrialRecord
 
 VERDICT_STYLE = {"faster": "bold green", "slower": "bold red", "equivalent": "cyan", "inconclusive": "yellow"}
 
 
 class LiveProgress:
-    """One bar per device: trials done, failures, the last trial's tok/s, and how the session ended."""
+    """One bar per device: the model's push, trials done, failures, the last trial's tok/s, and how the session
+    ended."""
 
     def __init__(self, console: Console, manifest: Manifest, done: dict[str, int] | None = None):
         self.progress = Progress(
@@ -56,6 +57,10 @@ class LiveProgress:
             self.progress.update(task, advance=1, status=status)
         elif isinstance(record, SessionStopped):
             self.progress.update(task, status=f"stopped: {record.reason}")
+        elif isinstance(record, PushProgress):  # prepare putting the model on the device
+            pct = 100 * record.sent // max(1, record.total)
+            done = "pushed" if record.sent >= record.total else f"pushing {pct}% of"
+            self.progress.update(task, status=f"{done} {record.name.rsplit('/', 1)[-1]} ({record.total / 1e6:.0f} MB)")
 
 
 def _fmt(x: Any, spec: str) -> str:

@@ -1,7 +1,8 @@
 """Typed records: the run manifest and every event of the journal.
 
 Schema history:
-- 1: first version.
+- 1: first version. Later additions, all optional to readers: `prepared` records (where a session's
+  model files landed, by sha256); the manifest's `model_sha256`.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from orchestrator.config.fleet import Fleet
 from orchestrator.config.plan import Plan
-from orchestrator.devices.base import StreamProbe, Telemetry, TrialFailure
+from orchestrator.devices.base import Placed, StreamProbe, Telemetry, TrialFailure
 from orchestrator.protocol import TrialResult
 
 SCHEMA_VERSION: Literal[1] = 1
@@ -49,6 +50,7 @@ class Manifest(_Rec):
     seed: int
     sessions: list[SessionPlan]
     versions: dict[str, str]
+    model_sha256: str | None = Field(default=None, description="The plan's model file, when the run deploys it")
 
     def session(self, device: str) -> SessionPlan:
         return next(s for s in self.sessions if s.device == device)
@@ -68,6 +70,28 @@ class RunStarted(_Rec):
     wall: float
     resumed: bool
     pid: int
+
+
+class PreparedRecord(_Rec):
+    """What a device held when its session began: the harness prepare installed or kept, and where each
+    artifact file (the plan's model, files beside it) landed, by sha256. Written at every (re)start."""
+
+    type: Literal["prepared"] = "prepared"
+    device: str
+    installed: str | None
+    skipped: bool
+    files: list[Placed] = Field(default_factory=list)
+    model: str = Field(description="The model as this session's specs name it (device-local path, or the plan's)")
+    model_sha256: str | None = None
+    wall: float
+
+
+class PushProgress(_Rec):
+    """Not journaled: what a live view shows while a device's prepare pushes a file."""
+
+    name: str
+    sent: int
+    total: int
 
 
 class ProbeRecord(_Rec):
@@ -149,7 +173,8 @@ class RunFinished(_Rec):
 
 
 Record = Annotated[
-    RunStarted | ProbeRecord | AttemptFailed | TrialRecord | LookRecord | SessionStopped | RunFinished,
+    RunStarted | PreparedRecord | ProbeRecord | AttemptFailed | TrialRecord | LookRecord | SessionStopped
+    | RunFinished,
     Field(discriminator="type"),
 ]
 RECORD = TypeAdapter(Record)

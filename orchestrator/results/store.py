@@ -26,6 +26,7 @@ from orchestrator.results.records import (
     AttemptFailed,
     LookRecord,
     Manifest,
+    PreparedRecord,
     ProbeRecord,
     Record,
     SessionStopped,
@@ -140,7 +141,8 @@ def _belongs(manifest: Manifest) -> Any:
     seen: set[tuple[str, str]] = set()
 
     def check(rec: Record) -> str | None:
-        if not isinstance(rec, ProbeRecord | AttemptFailed | TrialRecord | LookRecord | SessionStopped):
+        device_records = PreparedRecord | ProbeRecord | AttemptFailed | TrialRecord | LookRecord | SessionStopped
+        if not isinstance(rec, device_records):
             return None
         if rec.device not in planned:
             return f"{rec.type} record of device {rec.device!r}, which has no session in the manifest"

@@ -34,6 +34,9 @@ class ConvertingAdapter(DriverAdapter):
     recipes: Mapping[str, str]  # our quantization class -> the runtime's recipe
     option: str  # the engine option that overrides the recipe
 
+    def beside(self, engine: Mapping[str, Any]) -> tuple[str, ...]:
+        return ("config.json", "model.safetensors", "manifest.json")  # what it converts, and its digest
+
     def recipe(self, spec: TrialSpec) -> str:
         want = spec.tuning.get(self.option)
         return str(want) if want else self.recipes.get(quant_class(spec.model), self.recipes["F32"])

@@ -10,6 +10,8 @@ llama.cpp keeps no on-disk caches: no cold caches to record.
 from __future__ import annotations
 
 import posixpath
+from collections.abc import Mapping
+from typing import Any
 
 from orchestrator.devices.runners import LocalRunner
 from orchestrator.protocol import TrialSpec
@@ -22,6 +24,10 @@ class LlamaCpp(DriverAdapter):
     name = "llamacpp"
     label = "llama.cpp"
     driver = "llamacpp_driver.py"
+
+    def beside(self, engine: Mapping[str, Any]) -> tuple[str, ...]:
+        fmt = engine.get("gguf")
+        return ("config.json", *([f"model-{fmt}.gguf"] if fmt else []))  # the vocabulary; a sibling format
 
     async def artifact(self, ctx: RuntimeContext, spec: TrialSpec) -> Artifact:
         model = spec.model

@@ -10,6 +10,8 @@ and biases, the tied head included. MLX keeps no on-disk caches; it picks its ow
 from __future__ import annotations
 
 import posixpath
+from collections.abc import Mapping
+from typing import Any
 
 from orchestrator.protocol import TrialSpec
 from orchestrator.runtimes.base import RuntimeContext, register
@@ -32,6 +34,9 @@ class Mlx(DriverAdapter):
     name = "mlx"
     label = "MLX (CPU, Linux)"
     driver = "mlx_driver.py"
+
+    def beside(self, engine: Mapping[str, Any]) -> tuple[str, ...]:
+        return ("config.json", "model.safetensors")  # mlx-lm loads the HF folder
 
     def bits(self, spec: TrialSpec) -> int | None:
         if "bits" in spec.tuning:

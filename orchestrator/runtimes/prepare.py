@@ -7,7 +7,8 @@ from __future__ import annotations
 import time
 
 from orchestrator.config.plan import Plan
-from orchestrator.devices.runners import LocalRunner, Runner
+from orchestrator.devices.base import DeviceUnavailable
+from orchestrator.devices.runners import LocalRunner, Runner, RunnerError
 from orchestrator.protocol import TrialSpec
 from orchestrator.runtimes.base import RuntimeContext, adapter_for
 from orchestrator.runtimes.envs import host_cache, installed_on
@@ -16,12 +17,13 @@ from orchestrator.runtimes.process import ArtifactError, DriverAdapter
 
 async def prepare_plan(plan: Plan, runner: Runner | None = None) -> list[tuple[str, str]]:
     """(arm, what happened) for every arm: made, ready, not installed, failed, or nothing to make.
-    On this machine, or on the runner's host (where the plan's model path is read as that host sees it)."""
+    On this machine, or on the runner's host (the model put in its cache folder as a run would put it,
+    or, with `model_location: device`, read at the plan's path as that host sees it)."""
     runner = runner or LocalRunner()
     where = "" if isinstance(runner, LocalRunner) else f" on {runner.name}"
     out: list[tuple[str, str]] = []
     ctx = RuntimeContext(runner, f"{await host_cache(runner)}/work", runner.name)
-    model = await runner.expand(plan.model)
+    model: str | Exception | None = None  # put on the host once, when the first arm needs it
     for arm in plan.arms:
         adapter = adapter_for(arm.runtime)
         if not isinstance(adapter, DriverAdapter):
@@ -31,6 +33,14 @@ async def prepare_plan(plan: Plan, runner: Runner | None = None) -> list[tuple[s
             fleet = "" if isinstance(runner, LocalRunner) else f" --fleet F --host {runner.name}"
             out.append((arm.name, f"failed: {arm.runtime} is not installed{where}: run `orch runtimes install "
                                   f"{arm.runtime}{fleet}`"))
+            continue
+        if model is None:
+            try:
+                model = await _model_on(runner, plan)
+            except (DeviceUnavailable, RunnerError, FileNotFoundError) as exc:
+                model = exc
+        if isinstance(model, Exception):
+            out.append((arm.name, f"failed: the model could not be put{where}: {model}"))
             continue
         spec = TrialSpec(run_id="prepare", trial_id=arm.name, engine=arm.runtime, model=model,
                          prompt_tokens=plan.trial.prompt_tokens, decode_tokens=plan.trial.decode_tokens,
@@ -44,6 +54,21 @@ async def prepare_plan(plan: Plan, runner: Runner | None = None) -> list[tuple[s
         took = time.monotonic() - t0
         out.append((arm.name, f"{arm.runtime} {art.quant_class} ready{where} ({took:.0f} s): {art.path}"))
     return out
+
+
+async def _model_on(runner: Runner, plan: Plan) -> str:
+    """The plan's model as the runner's host reads it: an SSH host gets the controller's file (and what
+    the arms read beside it) in its cache folder first, exactly where a run's prepare puts them."""
+    if plan.model_location == "device" or isinstance(runner, LocalRunner):
+        return await runner.expand(plan.model)
+    from orchestrator.artifacts import host_files, model_file
+    from orchestrator.devices.deploy import push_to_host
+
+    if not model_file(plan).is_file():
+        raise FileNotFoundError(f"no model file {model_file(plan)} on this machine (model_location: controller)")
+    wanted = host_files(plan)
+    placed = await push_to_host(runner, await host_cache(runner), wanted.files, runner.name)
+    return next(p.path for p in placed if p.name == wanted.model)
 
 
 __all__ = ["prepare_plan"]

@@ -14,6 +14,7 @@ import hashlib
 import json
 import re
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -167,6 +168,10 @@ class DriverAdapter(RuntimeAdapter):
     @abc.abstractmethod
     async def vocab(self, ctx: RuntimeContext, spec: TrialSpec) -> int:
         """The vocabulary size (the prompt is made from it, exactly as the harness makes it)."""
+
+    def beside(self, engine: Mapping[str, Any]) -> tuple[str, ...]:
+        """Files of the model's folder this runtime reads besides the plan's model: deployed with it."""
+        return ("config.json",)  # the vocabulary
 
     def job(self, spec: TrialSpec, art: Artifact, prompt: list[int]) -> dict[str, Any]:
         return {"model": art.path, "prompt_ids": prompt, "decode_tokens": spec.decode_tokens,

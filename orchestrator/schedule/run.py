@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from orchestrator.clock import Clock
 from orchestrator.devices.base import Artifacts, Device
@@ -61,16 +61,17 @@ async def run_sessions(
     states: dict[str, SessionState],
     *,
     observe: Observer = lambda device, record: None,
-    artifacts: Artifacts | None = None,
+    artifacts: Mapping[str, Artifacts] | None = None,
 ) -> dict[str, StopReason]:
-    """Run the sessions in `states` concurrently; each device's trials strictly in planned order."""
+    """Run the sessions in `states` concurrently; each device's trials strictly in planned order.
+    `artifacts`: what each device's prepare puts on it (by device id; none where absent)."""
 
     async def one(device_id: str) -> StopReason:
         device, clock = open_device(device_id)
         session = Session(
             run_id=manifest.run_id, plan=manifest.plan, schedule=manifest.session(device_id), device=device,
-            clock=clock, journal=journal, state=states[device_id], artifacts=artifacts or Artifacts(),
-            observe=observe, seed=manifest.seed,
+            clock=clock, journal=journal, state=states[device_id],
+            artifacts=(artifacts or {}).get(device_id, Artifacts()), observe=observe, seed=manifest.seed,
         )
         try:
             return await session.run()

@@ -20,7 +20,9 @@ from orchestrator.results.records import (
     AttemptFailed,
     LookPair,
     LookRecord,
+    PreparedRecord,
     ProbeRecord,
+    PushProgress,
     ScheduledTrial,
     SessionPlan,
     SessionStopped,
@@ -60,6 +62,7 @@ class Session:
     artifacts: Artifacts = field(default_factory=Artifacts)
     observe: Observer = lambda device, record: None
     seed: int = 0
+    model: str | None = None  # the model as this device's programs name it, once prepare has placed it
 
     async def run(self) -> StopReason:
         try:
@@ -75,9 +78,17 @@ class Session:
     async def _run(self) -> tuple[StopReason, str]:
         try:
             await self.device.info()
-            await self.device.prepare(self.artifacts)
+            report = await self.device.prepare(self.artifacts, progress=self._pushing)
         except DeviceUnavailable as exc:
             return "prepare_failed", f"{exc}" + (f" ({exc.fix})" if exc.fix else "")
+        wanted = self.artifacts.model
+        placed = report.path_of(wanted) if wanted else None
+        if wanted and placed is None:
+            return "prepare_failed", f"{self.schedule.device}: prepare did not say where the model {wanted} landed"
+        self.model = placed or self.plan.model  # nothing deployed (a sim, a model already on the device): as written
+        sha = next((f.sha256 for f in self.artifacts.files if f.name == wanted), None)
+        self._emit(PreparedRecord(device=self.schedule.device, installed=report.installed, skipped=report.skipped,
+                                  files=report.files, model=self.model, model_sha256=sha, wall=self.clock.wall()))
         if self.plan.probe and not self.state.probed:
             await self._probe()
         gate, failures_in_row = SettleGate(self.plan.settle, self.clock), 0
@@ -157,10 +168,13 @@ class Session:
         if measured is not None:
             self._emit(ProbeRecord(device=self.schedule.device, probe=measured, wall=self.clock.wall()))
 
+    def _pushing(self, name: str, sent: int, total: int) -> None:
+        self.observe(self.schedule.device, PushProgress(name=name, sent=sent, total=total))
+
     def _spec(self, trial: ScheduledTrial) -> TrialSpec:
         arm, t = self.plan.arm(trial.arm), self.plan.trial
         return TrialSpec(
-            run_id=self.run_id, trial_id=trial.trial_id, engine=arm.runtime, model=self.plan.model,
+            run_id=self.run_id, trial_id=trial.trial_id, engine=arm.runtime, model=self.model or self.plan.model,
             prompt_tokens=t.prompt_tokens, decode_tokens=t.decode_tokens, chunk_width=t.chunk_width,
             warm_repetitions=t.warm_repetitions, seed=self.plan.seed, threads=arm.threads, build=arm.build,
             tuning=dict(arm.engine), clear_caches=list(t.clear_caches),

@@ -19,6 +19,7 @@ from orchestrator.devices.base import (
     DeviceUnavailable,
     Health,
     PrepareReport,
+    Progress,
     Telemetry,
     TrialFailure,
     result_or_failure,
@@ -149,7 +150,7 @@ class IphoneDevice(Device):
                                     "harness_missing")
 
     # -- prepare -----------------------------------------------------------------------------------
-    async def prepare(self, artifacts: Artifacts) -> PrepareReport:
+    async def prepare(self, artifacts: Artifacts, progress: Progress | None = None) -> PrepareReport:
         try:
             wanted = self._wanted(artifacts)
         except (inst.PackageError, UnsafeName, OSError) as exc:
