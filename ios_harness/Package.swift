@@ -8,6 +8,21 @@ import PackageDescription
 /// the portable baseline). Apple builds use the platform default.
 var cpuFlags: [SwiftSetting] = []
 var cFlags: [CSetting] = []
+/// HarnessMetal's Metal: Apple's where the host has it; on Linux MetalCPU, the Metal API subset
+/// the engine uses, emulated on the CPU (MSL compiled by clang as C++, run by a fiber runtime
+/// with Metal's threadgroup and SIMD-group semantics; see Tools/MetalCPU/README.md). Declared
+/// only on Linux hosts, so no Apple build (the iOS app) can contain it.
+var metal: [Target.Dependency] = []
+var emulation: [Target] = []
+#if os(Linux)
+metal = ["MetalCPU"]
+emulation = [
+    // The fiber scheduler is optimized even in debug builds (`swift test`).
+    .target(name: "MetalCPURuntime", path: "Tools/MetalCPURuntime", cSettings: [.unsafeFlags(["-O2"])]),
+    .target(name: "MetalCPU", dependencies: ["MetalCPURuntime"], path: "Tools/MetalCPU", exclude: ["README.md"]),
+    .testTarget(name: "MetalCPUTests", dependencies: ["MetalCPU"]),
+]
+#endif
 #if os(Linux) && arch(x86_64)
 let targetCPU = Context.environment["HARNESS_TARGET_CPU"] ?? "haswell"
 cpuFlags = [.unsafeFlags(["-target-cpu", targetCPU], .when(platforms: [.linux]))]
@@ -28,17 +43,8 @@ let package = Package(
         // C only where Swift's SIMD types cannot say it: x86 int8 dot instructions (pmaddubsw).
         .target(name: "HarnessKernels", cSettings: cFlags),
         .target(name: "HarnessCPU", dependencies: ["HarnessCore", "HarnessKernels"], swiftSettings: cpuFlags),
-        // Metal on Apple platforms; elsewhere MetalCPU, the emulation (its seam: Metal+Platform.swift).
-        .target(
-            name: "HarnessMetal",
-            dependencies: ["HarnessCore", "HarnessCPU", .target(name: "MetalCPU", condition: .when(platforms: [.linux]))],
-            exclude: ["README.md"]
-        ),
-        // The Metal API subset HarnessMetal uses, emulated on the CPU (Linux only; never in the
-        // iOS app): MSL compiled by clang as C++, run by a fiber runtime with Metal's
-        // threadgroup and SIMD-group semantics. See Tools/MetalCPU/README.md.
-        .target(name: "MetalCPURuntime", path: "Tools/MetalCPURuntime", cSettings: [.unsafeFlags(["-O2"])]),
-        .target(name: "MetalCPU", dependencies: ["MetalCPURuntime"], path: "Tools/MetalCPU", exclude: ["README.md"]),
+        // The seam picking Metal or MetalCPU is one file: Metal+Platform.swift.
+        .target(name: "HarnessMetal", dependencies: ["HarnessCore", "HarnessCPU"] + metal, exclude: ["README.md"]),
         .executableTarget(
             name: "harness",
             dependencies: ["HarnessCore", "HarnessCPU", "HarnessMetal"]
@@ -48,13 +54,14 @@ let package = Package(
             dependencies: ["HarnessCore"]
         ),
         .testTarget(
-            name: "MetalCPUTests",
-            dependencies: ["MetalCPU"]
+            name: "HarnessMetalTests",
+            dependencies: ["HarnessCore", "HarnessCPU", "HarnessMetal"],
+            swiftSettings: cpuFlags
         ),
         .testTarget(
             name: "HarnessCPUTests",
             dependencies: ["HarnessCore", "HarnessCPU"],
             swiftSettings: cpuFlags
         ),
-    ]
+    ] + emulation
 )

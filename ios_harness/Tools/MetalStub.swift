@@ -3,6 +3,10 @@
 import Foundation
 public typealias CFTimeInterval = Double
 public protocol MTLDevice: AnyObject {
+    var name: String { get }
+    var maxBufferLength: Int { get }
+    var recommendedMaxWorkingSetSize: UInt64 { get }
+    func supportsFamily(_ gpuFamily: MTLGPUFamily) -> Bool
     func makeCommandQueue() -> (any MTLCommandQueue)?
     func makeLibrary(source: String, options: MTLCompileOptions?) throws -> any MTLLibrary
     func makeComputePipelineState(function: any MTLFunction) throws -> any MTLComputePipelineState
@@ -36,7 +40,16 @@ public protocol MTLComputeCommandEncoder: AnyObject {
 public protocol MTLBuffer: AnyObject { func contents() -> UnsafeMutableRawPointer; var length: Int { get } }
 public protocol MTLFunction: AnyObject {}
 public protocol MTLLibrary: AnyObject { func makeFunction(name: String) -> (any MTLFunction)? }
-public protocol MTLComputePipelineState: AnyObject {}
+public protocol MTLComputePipelineState: AnyObject {
+    var threadExecutionWidth: Int { get }
+    var maxTotalThreadsPerThreadgroup: Int { get }
+}
+public enum MTLGPUFamily: Int {
+    case apple1 = 1001, apple2, apple3, apple4, apple5, apple6, apple7, apple8, apple9
+    case mac2 = 2002
+    case common1 = 3001, common2, common3
+    case metal3 = 5001
+}
 public enum MTLMathMode { case safe, relaxed, fast }
 open class MTLCompileOptions { public init() {}; open var mathMode: MTLMathMode = .fast }
 public struct MTLResourceOptions: OptionSet, Sendable {

@@ -1,6 +1,4 @@
-#if canImport(Metal)
 import HarnessCore
-import Metal
 
 /// The compiled kernels, built once per process from `MetalShaders.source` with safe math
 /// (no reassociation, so the fixed reduction orders hold), cached by the source's hash.
@@ -37,10 +35,16 @@ final class MetalPipelines {
             guard let f = library.makeFunction(name: name) else {
                 throw HarnessError(.engineFailure, "Metal function \(name) missing")
             }
-            states[name] = try device.makeComputePipelineState(function: f)
+            let state = try device.makeComputePipelineState(function: f)
+            // The kernels index lanes 0..<32 and the matvec runs 256-thread threadgroups.
+            guard state.threadExecutionWidth == 32, state.maxTotalThreadsPerThreadgroup >= 256 else {
+                throw HarnessError(.engineFailure,
+                    "Metal kernel \(name) runs \(state.threadExecutionWidth)-wide SIMD-groups and at most "
+                    + "\(state.maxTotalThreadsPerThreadgroup) threads a threadgroup; the kernels need 32 and 256")
+            }
+            states[name] = state
         }
     }
 
     subscript(_ name: String) -> any MTLComputePipelineState { states[name]! }
 }
-#endif

@@ -1,4 +1,3 @@
-#if canImport(Metal)
 /// The Metal raw loop's kernels, embedded as source: SwiftPM on the command line copies `.metal`
 /// files instead of compiling them, so the engine compiles this string once with
 /// `makeLibrary(source:options:)` before any timed region.
@@ -151,4 +150,3 @@ enum MetalShaders {
     }
     """#
 }
-#endif

@@ -1,4 +1,3 @@
-#if canImport(Metal)
 import HarnessCore
 
 extension RawLoopMetal {
@@ -14,8 +13,11 @@ extension RawLoopMetal {
         if let bad = spec.clearCaches.first(where: { !clearableCaches.contains($0) }) {
             throw HarnessError(.badSpec, "rawloop-metal cannot clear cache '\(bad)'")
         }
-        let engine = try RawLoopMetal(modelPath: spec.model, dropPageCache: spec.clearCaches.contains("page_cache"))
+        // The KV cache and scores hold the run's positions, not the model's trained context:
+        // prompt + decode - 1 are used; one more lets the runner's overflow check see the
+        // model's own limit when the spec exceeds it (as `RawLoopCPU.make`).
+        let engine = try RawLoopMetal(modelPath: spec.model, maxPositions: spec.promptTokens + spec.decodeTokens,
+                                      dropPageCache: spec.clearCaches.contains("page_cache"))
         return (engine, spec.clearCaches.sorted())
     }
 }
-#endif

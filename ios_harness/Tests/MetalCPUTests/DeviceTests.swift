@@ -61,6 +61,21 @@ import Testing
         #expect(!old.device.supportsFamily(.apple7) && old.device.supportsFamily(.apple6))
     }
 
+    @Test func olderFamiliesLackSIMDGroupReductions() throws {
+        let a13 = GPU { $0.families = [.apple1, .apple2, .apple3, .apple4, .apple5, .apple6, .common1, .common2, .common3] }
+        #expect(throws: MetalCPUError.self) {
+            _ = try a13.pipeline("kernel void k(device float *x [[buffer(0)]]) { x[0] = simd_sum(x[0]); }", "k")
+        }
+        do {
+            _ = try a13.pipeline("kernel void k(device float *x [[buffer(0)]]) { x[0] = simd_max(x[0]); }", "k")
+        } catch {
+            #expect("\(error)".contains("simd_max_needs_Apple_GPU_family_7_or_Mac2"), "\(error)")
+        }
+        _ = try a13.pipeline("kernel void k(device float *x [[buffer(0)]]) { x[0] = simd_shuffle(x[0], 1); }", "k")
+        let mac = GPU { $0.families = [.mac2, .common1, .common2, .common3] }
+        _ = try mac.pipeline("kernel void k(device float *x [[buffer(0)]]) { x[0] = simd_sum(x[0]); }", "k")
+    }
+
     @Test func gpuTimesAreOnTheMonotonicClockAfterCompletion() throws {
         let gpu = GPU()
         let p = try gpu.pipeline(ExecutionModelTests.reduction, "reduce")

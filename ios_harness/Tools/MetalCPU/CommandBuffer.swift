@@ -123,9 +123,10 @@ final class CPUComputeEncoder: MTLComputeCommandEncoder {
     func setBytes(_ bytes: UnsafeRawPointer, length: Int, index: Int) {
         guard bindings.indices.contains(index) else { return commandBuffer.fail("buffer index \(index) is out of range") }
         guard length > 0, length <= 4096 else { return commandBuffer.fail("setBytes of \(length) bytes (Metal allows 1...4096)") }
-        guard let memory = GuardedMemory(length: length) else { return commandBuffer.fail("out of memory") }
-        memory.base.copyMemory(from: bytes, byteCount: length)
-        bindings[index] = Binding(buffer: CPUBuffer(base: memory.base, length: length, isPrivate: false) { memory.release() },
+        // A plain copy: the argument's size is checked against its MSL type before dispatch.
+        let copy = UnsafeMutableRawPointer.allocate(byteCount: length, alignment: 64)
+        copy.copyMemory(from: bytes, byteCount: length)
+        bindings[index] = Binding(buffer: CPUBuffer(base: copy, length: length, isPrivate: false) { copy.deallocate() },
                                   offset: 0)
     }
 

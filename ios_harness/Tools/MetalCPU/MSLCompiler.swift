@@ -12,11 +12,13 @@ enum MSLCompiler {
     private static let lock = NSLock()
     nonisolated(unsafe) private static var cache: [String: CompiledLibrary] = [:]
 
-    static func compile(source: String, mathMode: MTLMathMode, clang: String?) throws -> CompiledLibrary {
+    /// `defines` are the device's feature macros (which SIMD-group functions its family has).
+    static func compile(source: String, mathMode: MTLMathMode, defines: [String], clang: String?) throws -> CompiledLibrary {
         try lock.withLock {
-            let key = "\(mathMode.rawValue)\n\(source)"
+            let key = "\(mathMode.rawValue) \(defines.joined(separator: " "))\n\(source)"
             if let hit = cache[key] { return hit }
-            let library = try build(source: source, mathMode: mathMode, clang: try locateClang(clang))
+            let library = try build(source: source, flags: flags(mathMode: mathMode) + defines.map { "-D\($0)=1" },
+                                    clang: try locateClang(clang))
             cache[key] = library
             return library
         }
@@ -27,7 +29,9 @@ enum MSLCompiler {
     static func flags(mathMode: MTLMathMode) -> [String] {
         var f = ["-x", "c++", "-std=c++17", "-O2", "-fPIC", "-shared", "-fsigned-char", "-fno-exceptions", "-fno-rtti",
                  "-nostdinc++", "-Xclang", "-ffloat16-excess-precision=none", "-Werror=unknown-attributes",
-                 "-Werror=ignored-attributes", "-Werror=return-type", "-Wno-unused-value", "-Wno-nan-infinity-disabled"]
+                 "-Werror=ignored-attributes", "-Werror=return-type", "-Wno-unused-value", "-Wno-nan-infinity-disabled",
+                 // Large frames touch every page in order, so an overflow meets the guard page.
+                 "-fstack-clash-protection"]
         switch mathMode {
         case .safe: f += ["-fno-fast-math", "-ffp-contract=off"]
         case .relaxed: f += ["-fno-fast-math", "-ffp-contract=fast"]
@@ -40,7 +44,7 @@ enum MSLCompiler {
         return f
     }
 
-    private static func build(source: String, mathMode: MTLMathMode, clang: String) throws -> CompiledLibrary {
+    private static func build(source: String, flags: [String], clang: String) throws -> CompiledLibrary {
         let fm = FileManager.default
         let dir = fm.temporaryDirectory.appendingPathComponent("metalcpu-\(getpid())-\(UUID().uuidString)")
         let include = dir.appendingPathComponent("include")
@@ -60,7 +64,7 @@ enum MSLCompiler {
         try KernelScanner.glue(kernels, sourceFile: "shader.metal")
             .write(to: dir.appendingPathComponent("glue.cpp"), atomically: true, encoding: .utf8)
         let object = dir.appendingPathComponent("library.so")
-        try run(clang, flags(mathMode: mathMode) + ["-I", include.path, "-o", object.path, "glue.cpp", "-lm"], in: dir)
+        try run(clang, flags + ["-I", include.path, "-o", object.path, "glue.cpp", "-lm"], in: dir)
         return try load(object.path, expected: kernels)
     }
 

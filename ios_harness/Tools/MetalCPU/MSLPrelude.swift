@@ -405,6 +405,47 @@ enum MSLPrelude {
     #define simd_is_first() __mtlcpu_simd_is_first(__COUNTER__)
     #define simdgroup_barrier(...) __mtlcpu_simdgroup_barrier(__COUNTER__, __VA_ARGS__)
     #define threadgroup_barrier(...) __mtlcpu_threadgroup_barrier(__COUNTER__, __VA_ARGS__)
+
+    // GPU families without them refuse SIMD-group reductions (before Apple 7: A14) and permutes
+    // (before Apple 6: A13), as Metal's compiler does; the device sets what it supports.
+    #ifndef __METALCPU_SIMD_REDUCTION__
+    #undef simd_sum
+    #undef simd_product
+    #undef simd_max
+    #undef simd_min
+    #undef simd_and
+    #undef simd_or
+    #undef simd_xor
+    #undef simd_prefix_exclusive_sum
+    #undef simd_prefix_inclusive_sum
+    #define simd_sum(...) simd_sum_needs_Apple_GPU_family_7_or_Mac2(__VA_ARGS__)
+    #define simd_product(...) simd_product_needs_Apple_GPU_family_7_or_Mac2(__VA_ARGS__)
+    #define simd_max(...) simd_max_needs_Apple_GPU_family_7_or_Mac2(__VA_ARGS__)
+    #define simd_min(...) simd_min_needs_Apple_GPU_family_7_or_Mac2(__VA_ARGS__)
+    #define simd_and(...) simd_and_needs_Apple_GPU_family_7_or_Mac2(__VA_ARGS__)
+    #define simd_or(...) simd_or_needs_Apple_GPU_family_7_or_Mac2(__VA_ARGS__)
+    #define simd_xor(...) simd_xor_needs_Apple_GPU_family_7_or_Mac2(__VA_ARGS__)
+    #define simd_prefix_exclusive_sum(...) simd_prefix_exclusive_sum_needs_Apple_GPU_family_7_or_Mac2(__VA_ARGS__)
+    #define simd_prefix_inclusive_sum(...) simd_prefix_inclusive_sum_needs_Apple_GPU_family_7_or_Mac2(__VA_ARGS__)
+    #endif
+    #ifndef __METALCPU_SIMD_PERMUTE__
+    #undef simd_shuffle
+    #undef simd_shuffle_down
+    #undef simd_shuffle_up
+    #undef simd_shuffle_xor
+    #undef simd_shuffle_rotate_down
+    #undef simd_shuffle_rotate_up
+    #undef simd_broadcast
+    #undef simd_broadcast_first
+    #define simd_shuffle(...) simd_shuffle_needs_Apple_GPU_family_6_or_Mac2(__VA_ARGS__)
+    #define simd_shuffle_down(...) simd_shuffle_down_needs_Apple_GPU_family_6_or_Mac2(__VA_ARGS__)
+    #define simd_shuffle_up(...) simd_shuffle_up_needs_Apple_GPU_family_6_or_Mac2(__VA_ARGS__)
+    #define simd_shuffle_xor(...) simd_shuffle_xor_needs_Apple_GPU_family_6_or_Mac2(__VA_ARGS__)
+    #define simd_shuffle_rotate_down(...) simd_shuffle_rotate_down_needs_Apple_GPU_family_6_or_Mac2(__VA_ARGS__)
+    #define simd_shuffle_rotate_up(...) simd_shuffle_rotate_up_needs_Apple_GPU_family_6_or_Mac2(__VA_ARGS__)
+    #define simd_broadcast(...) simd_broadcast_needs_Apple_GPU_family_6_or_Mac2(__VA_ARGS__)
+    #define simd_broadcast_first(...) simd_broadcast_first_needs_Apple_GPU_family_6_or_Mac2(__VA_ARGS__)
+    #endif
     #endif
     """#
 }

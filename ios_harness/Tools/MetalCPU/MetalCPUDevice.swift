@@ -20,8 +20,10 @@ public final class MetalCPUDevice: MTLDevice, @unchecked Sendable {
         /// Apple 7 (A14) and everything below it, as the engine's oldest supported phone.
         public var families: Set<MTLGPUFamily> = [.apple1, .apple2, .apple3, .apple4, .apple5, .apple6, .apple7,
                                                    .common1, .common2, .common3, .metal3]
-        /// Host threads that run threadgroups of one dispatch in parallel.
-        public var workers = ProcessInfo.processInfo.activeProcessorCount
+        /// Host threads that run threadgroups of one dispatch in parallel (`METALCPU_WORKERS`
+        /// overrides the default, every active CPU).
+        public var workers = ProcessInfo.processInfo.environment["METALCPU_WORKERS"].flatMap { Int($0) }.map { max(1, $0) }
+            ?? ProcessInfo.processInfo.activeProcessorCount
         /// Switch fibers with `swapcontext` even where the fast x86-64 switch exists.
         public var portableFibers = false
         /// Stack of each emulated GPU thread.
@@ -56,7 +58,10 @@ public final class MetalCPUDevice: MTLDevice, @unchecked Sendable {
     public func makeCommandQueue() -> (any MTLCommandQueue)? { CPUCommandQueue(device: self) }
 
     public func makeLibrary(source: String, options: MTLCompileOptions?) throws -> any MTLLibrary {
-        let compiled = try MSLCompiler.compile(source: source, mathMode: options?.mathMode ?? .fast,
+        var defines: [String] = []
+        if supportsFamily(.apple6) || supportsFamily(.mac2) { defines.append("__METALCPU_SIMD_PERMUTE__") }
+        if supportsFamily(.apple7) || supportsFamily(.mac2) { defines.append("__METALCPU_SIMD_REDUCTION__") }
+        let compiled = try MSLCompiler.compile(source: source, mathMode: options?.mathMode ?? .fast, defines: defines,
                                                clang: configuration.clang)
         return CPULibrary(compiled: compiled)
     }

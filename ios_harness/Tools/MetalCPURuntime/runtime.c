@@ -498,7 +498,9 @@ static void run_group(worker *w, mtlcpu_dispatch *d, uint64_t index) {
         f->state = READY;
         fiber_prepare(w, f);
     }
-    if (sigsetjmp(w->fault_jump, 1) != 0) {
+    // No mask to save: the handler runs with SA_NODEFER and an empty sa_mask, so the mask it
+    // leaves is the one it found (and a syscall a threadgroup is measurable).
+    if (sigsetjmp(w->fault_jump, 0) != 0) {
         w->aborted = 1;  // a kernel faulted; its fibers are abandoned
         return;
     }

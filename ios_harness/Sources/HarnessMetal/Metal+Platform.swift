@@ -1,0 +1,17 @@
+// The one place HarnessMetal picks its Metal: Apple's where it exists, MetalCPU (the emulation
+// in Tools/MetalCPU, linked on Linux only) elsewhere. No other file imports either.
+#if canImport(Metal)
+@_exported import Metal
+#else
+@_exported import MetalCPU
+#endif
+
+enum MetalPlatform {
+    /// Whether this build runs Metal emulated on the CPU: results then say so, and no time they
+    /// hold is a GPU figure.
+    #if canImport(Metal)
+    static let emulated = false
+    #else
+    static let emulated = true
+    #endif
+}
