@@ -11,21 +11,31 @@ AFC_MAGIC = b"CFA6LPAA"
 HEADER = struct.Struct("<8sQQQQ")
 # opcodes and statuses, as pymobiledevice3.services.afc numbers them
 STATUS, DATA, READ_DIR, REMOVE_PATH, MAKE_DIR, GET_FILE_INFO = 0x01, 0x02, 0x03, 0x08, 0x09, 0x0A
-FILE_OPEN, FILE_OPEN_RES, READ, WRITE, FILE_CLOSE, RENAME_PATH = 0x0D, 0x0E, 0x0F, 0x10, 0x14, 0x18
-OK, OBJECT_NOT_FOUND, OBJECT_IS_DIR, OP_NOT_SUPPORTED, DIR_NOT_EMPTY = 0, 8, 9, 15, 33
+GET_DEVINFO, FILE_OPEN, FILE_OPEN_RES, READ, WRITE, FILE_CLOSE, RENAME_PATH = 0x0B, 0x0D, 0x0E, 0x0F, 0x10, 0x14, 0x18
+OK, OBJECT_NOT_FOUND, OBJECT_IS_DIR, OP_NOT_SUPPORTED, NO_SPACE_LEFT, DIR_NOT_EMPTY = 0, 8, 9, 15, 18, 33
 RDONLY = 1
 
 
 class FakeFs:
     """Files and directories by absolute path; every path asked for is logged in ``seen``."""
 
-    def __init__(self, *dirs: str):
+    def __init__(self, *dirs: str, capacity: int = 64 << 30):
         self.files: dict[str, bytes] = {}
         self.dirs: set[str] = {"/"}
         self.mtime: dict[str, float] = {}
         self.seen: list[str] = []
+        self.capacity = capacity  # the volume's size: what FSFreeBytes counts down from
+        self.written = 0  # bytes that arrived through WRITE
         for d in dirs:
             self.makedirs(d)
+
+    def free(self) -> int:
+        return self.capacity - sum(len(d) for d in self.files.values())
+
+    def device_info(self) -> bytes:
+        info = {"Model": "iPhone17,1", "FSTotalBytes": str(self.capacity), "FSFreeBytes": str(self.free()),
+                "FSBlockSize": "4096"}
+        return b"".join(k.encode() + b"\0" + v.encode() + b"\0" for k, v in info.items())
 
     @staticmethod
     def norm(path: str) -> str:
@@ -132,6 +142,8 @@ async def serve_afc(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, 
             src, dst = _cstrings(payload)[:2]
             fs.seen += [fs.norm(src), fs.norm(dst)]
             status = fs.rename(src, dst)
+        elif op == GET_DEVINFO:
+            reply_op, out = DATA, fs.device_info()
         elif op == FILE_OPEN:
             (mode,) = struct.unpack("<Q", payload[:8])
             path = fs.norm(_cstrings(payload[8:])[0])
@@ -142,6 +154,8 @@ async def serve_afc(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, 
                 status = OBJECT_NOT_FOUND
             else:
                 data = fs.files.get(path, b"") if mode == RDONLY else b""
+                if mode != RDONLY:  # created (truncated) now, as open(2) does: the bytes land as they arrive
+                    fs.write(path, b"")
                 handles[next_handle] = [path, bytearray(data), 0, mode != RDONLY]
                 reply_op, out = FILE_OPEN_RES, struct.pack("<Q", next_handle)
                 next_handle += 1
@@ -153,15 +167,17 @@ async def serve_afc(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, 
             handles[handle][2] = pos + len(out)
         elif op == WRITE:
             (handle,) = struct.unpack("<Q", payload[:8])
-            buf = handles[handle][1]
-            assert isinstance(buf, bytearray)
-            buf += payload[8:]
+            path = handles[handle][0]
+            assert isinstance(path, str)
+            data = payload[8:]
+            if len(data) > fs.free():
+                status = NO_SPACE_LEFT
+            elif path in fs.files:  # written through: a connection cut mid-file leaves what arrived
+                fs.files[path] += data
+                fs.written += len(data)
         elif op == FILE_CLOSE:
             (handle,) = struct.unpack("<Q", payload[:8])
-            path, buf, _pos, writable = handles.pop(handle)
-            if writable:
-                assert isinstance(path, str) and isinstance(buf, bytearray)
-                fs.write(path, bytes(buf))
+            handles.pop(handle)
         else:
             status = OP_NOT_SUPPORTED
         if reply_op == STATUS:

@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import json
 import plistlib
+import posixpath
 import socket
 import zipfile
 from pathlib import Path
@@ -52,6 +53,7 @@ class FakePhone:
                                         "CurrentCapacity": 80}
         self.thermal = "nominal"
         self.engines = {"rawloop-metal", "rawloop-cpu"}
+        self.models_required = False  # True: the app opens spec.model (relative: under Documents) as the real one does
         self.per_token_s = 1e-4
         self.apps: dict[str, dict[str, Any]] = {}
         self.modes: dict[str, str] = {}
@@ -179,7 +181,8 @@ class FakePhone:
             return
         if opts.get("--probe") == "thermal":
             fs.write(out, json.dumps({"thermal_state": self.thermal, "low_power": False}).encode())
-            await pc.output(pid, f"HARNESS_DONE probe {opts['--out']}\n")
+            probe_id = posixpath.basename(out).removesuffix(".json")  # the id the app prints: the file's stem
+            await pc.output(pid, f"HARNESS_DONE {probe_id} {out}\n")
             await self._exit(pc, pid, 0, None)
             return
         spec_path = dvt.app_path(opts.get("--spec", ""))
@@ -191,7 +194,7 @@ class FakePhone:
         await asyncio.sleep(spec["decode_tokens"] * self.per_token_s)
         if mode == "hang":
             await asyncio.sleep(3600)
-        data = b'{"schema_version": 1, "trial_id": \x00\xff' if mode == "garbage" else self.result(spec)
+        data = b'{"schema_version": 1, "trial_id": \x00\xff' if mode == "garbage" else self.result(spec, fs)
         fs.write(out + ".tmp", data)
         if fs.rename(out + ".tmp", out) != afc_fs.OK:  # the app's atomic write failed: no sentinel
             await self._exit(pc, pid, 1, None)
@@ -199,12 +202,16 @@ class FakePhone:
         await pc.output(pid, f"loaded {spec['model']}\nHARNESS_DONE {spec['trial_id']} {opts['--out']}\n")
         await self._exit(pc, pid, 0 if b'"ok"' in data else 2, None)
 
-    def result(self, spec: dict[str, Any]) -> bytes:
+    def result(self, spec: dict[str, Any], fs: FakeFs | None = None) -> bytes:
         base: dict[str, Any] = {
             "schema_version": 1, "run_id": spec["run_id"], "trial_id": spec["trial_id"], "engine": spec["engine"],
             "engine_version": "fake-1", "harness_build": "fake-build", "model": spec["model"],
             "prompt_tokens": spec["prompt_tokens"], "chunk_width": spec["chunk_width"],
         }
+        if self.models_required and (fs is None or spec["model"].startswith("/") or
+                                     fs.read("/Documents/" + spec["model"]) is None):
+            return json.dumps({**base, "status": "error", "error": {
+                "kind": "model_not_found", "message": f"no model at {spec['model']}"}}).encode()
         if spec["engine"] not in self.engines:
             return json.dumps({**base, "status": "error", "error": {
                 "kind": "bad_spec", "message": f"engine '{spec['engine']}' is not in this build"}}).encode()

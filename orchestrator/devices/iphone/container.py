@@ -1,4 +1,5 @@
-"""An app's container over house_arrest (AFC): push a spec, look for a result, pull it, clean up.
+"""An app's container over house_arrest (AFC): push a spec, look for a result, pull it, clean up;
+stream a large file (a model) in and read the free space.
 
 Only `Place`s made by ``paths`` are accepted, so every path is already inside ``/Documents``.
 """
@@ -6,7 +7,10 @@ Only `Place`s made by ``paths`` are accepted, so every path is already inside ``
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import posixpath
+from collections.abc import Callable
+from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +21,7 @@ if TYPE_CHECKING:
     from pymobiledevice3.lockdown_service_provider import LockdownServiceProvider
 
 MAX_RESULT_BYTES = 64 << 20  # a result is a few hundred KB; anything far bigger is not one
+CHUNK = 4 << 20  # one AFC write: what pymobiledevice3 streams large files in
 
 
 class BadResultFile(Exception):
@@ -95,3 +100,51 @@ class Container:
     async def remove(self, place: Place) -> None:
         """Remove if present (best effort is the caller's choice)."""
         await call(self.afc.rm_single(place.afc, force=True), self.timeout, f"rm {place.afc}")
+
+    async def size(self, place: Place) -> int | None:
+        """A regular file's size; None when absent or not a regular file."""
+        from pymobiledevice3.exceptions import AfcFileNotFoundError
+
+        try:
+            info = await call(self.afc.stat(place.afc), self.timeout, f"stat {place.afc}")
+        except AfcFileNotFoundError:
+            return None
+        return int(info.get("st_size", 0)) if info.get("st_ifmt") == "S_IFREG" else None
+
+    async def free_bytes(self) -> int | None:
+        """Free space of the phone's data volume (AFC device info FSFreeBytes); None if it does not say."""
+        info = await call(self.afc.get_device_info(), self.timeout, "read free space")
+        try:
+            return int(info["FSFreeBytes"])
+        except (KeyError, TypeError, ValueError):
+            return None
+
+    async def push(self, local: Path, place: Place, sha256: str, progress: Callable[[int], None]) -> None:
+        """Stream `local` in `CHUNK`s to ``<place>.part``, hashing what is sent, then rename it into place.
+
+        The final name never holds a partial file; an interrupted push leaves ``.part``, which the next
+        push truncates. A file whose bytes do not hash to `sha256` (changed on the controller since it
+        was hashed) is not renamed into place.
+        """
+        await self._makedirs(posixpath.dirname(place.afc))
+        part = place.afc + ".part"
+        h, sent = hashlib.sha256(), 0
+        handle = await call(self.afc.fopen(part, "w"), self.timeout, f"open {part}")
+        try:
+            with open(local, "rb") as f:
+                while chunk := f.read(CHUNK):
+                    await call(self.afc.fwrite(handle, chunk), self.timeout, f"write {part}")
+                    h.update(chunk)
+                    sent += len(chunk)
+                    progress(sent)
+        finally:
+            with contextlib.suppress(Exception):  # a dead connection has no handle left to close
+                await call(self.afc.fclose(handle), self.timeout, f"close {part}")
+        if h.hexdigest() != sha256:
+            await self.remove(Place(afc=part, app=place.app + ".part"))
+            raise BadPush(f"{local} changed since it was hashed: sent sha256 {h.hexdigest()}, expected {sha256}")
+        await call(self.afc.rename(part, place.afc), self.timeout, f"rename {part}")
+
+
+class BadPush(Exception):
+    """The bytes pushed were not the file the controller hashed."""

@@ -13,27 +13,31 @@ from typing import TYPE_CHECKING
 from orchestrator.clock import Clock, SystemClock
 from orchestrator.config.fleet import IphoneDeviceConfig
 from orchestrator.devices.base import (
+    ArtifactFile,
     Artifacts,
     Device,
     DeviceInfo,
     DeviceUnavailable,
     Health,
+    Placed,
     PrepareReport,
     Progress,
     Telemetry,
     TrialFailure,
     result_or_failure,
 )
+from orchestrator.devices.deploy import MARKER, Throttle, check_room
 from orchestrator.devices.iphone import install as inst
 from orchestrator.devices.iphone.chips import chip_class, model_name
 from orchestrator.devices.iphone.connect import Connector, UsbConnector
-from orchestrator.devices.iphone.container import Container
+from orchestrator.devices.iphone.container import BadPush, BadResultFile, Container
 from orchestrator.devices.iphone.crash import latest_crash
 from orchestrator.devices.iphone.errors import call, developer_service, fixes, opened, unavailable
 from orchestrator.devices.iphone.launch import Outcome, launch_and_wait
 from orchestrator.devices.iphone.paths import (
     Place,
     UnsafeName,
+    artifact_place,
     check_bundle_id,
     check_id,
     documents,
@@ -158,11 +162,55 @@ class IphoneDevice(Device):
                                     state="harness_missing") from exc
         lockdown = await self._lockdown("prepare")
         try:
-            return await self._prepare(lockdown, wanted)
+            report = await self._prepare(lockdown, wanted)
         except DeviceUnavailable:
             raise
         except Exception as exc:
             raise await self._guard(exc, "install") from exc
+        try:
+            files = await self._place(lockdown, artifacts.files, progress)
+        except (DeviceUnavailable, UnsafeName, OSError, BadPush) as exc:
+            if isinstance(exc, DeviceUnavailable):
+                raise
+            raise DeviceUnavailable(f"{self.id}: {exc}", state="error") from exc
+        except Exception as exc:
+            raise await self._guard(exc, "push the model") from exc
+        return report.model_copy(update={"files": files})
+
+    async def _place(
+        self, lockdown: LockdownServiceProvider, files: list[ArtifactFile], progress: Progress | None
+    ) -> list[Placed]:
+        """Each file into the harness app's Documents (``Documents/<name>``) over AFC unless its marker
+        (``<name>.sha256``) and size say it is there; refused up front when the phone lacks the room."""
+        if not files:
+            return []
+        cfg = self.cfg
+        async with Container(lockdown, cfg.bundle_id, documents_only=cfg.documents_only,
+                             timeout=cfg.call_timeout_s) as box:
+            todo: list[ArtifactFile] = []
+            for f in files:
+                try:
+                    marker = await box.read(artifact_place(f.name, MARKER))
+                except BadResultFile:  # a directory where the marker goes: push again
+                    marker = None
+                held = marker is not None and marker.decode("utf-8", "replace").strip() == f.sha256
+                if not held or await box.size(artifact_place(f.name)) != f.size:
+                    todo.append(f)
+            if todo and (free := await box.free_bytes()) is not None:  # a phone that does not say is tried
+                check_room(self.id, "Documents/models", sum(f.size for f in todo), free)
+            placed: list[Placed] = []
+            for f in files:
+                place = artifact_place(f.name)
+                if f not in todo:
+                    placed.append(Placed(name=f.name, path=place.app, sha256=f.sha256, bytes_sent=0))
+                    continue
+                t0 = self.clock.now()
+                await box.remove(artifact_place(f.name, MARKER))
+                await box.push(Path(f.source), place, f.sha256, Throttle(progress, f.name, f.size))
+                await box.write(artifact_place(f.name, MARKER), f"{f.sha256}\n".encode())
+                placed.append(Placed(name=f.name, path=place.app, sha256=f.sha256, bytes_sent=f.size,
+                                     seconds=round(self.clock.now() - t0, 3)))
+        return placed
 
     def _wanted(self, artifacts: Artifacts) -> list[inst.Wanted]:
         harness_path = artifacts.harness or self.cfg.ipa

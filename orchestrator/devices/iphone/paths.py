@@ -70,6 +70,13 @@ def result_place(trial_id: str) -> Place:
     return documents(RESULTS, check_id(trial_id, "trial id") + ".json")
 
 
+def artifact_place(name: str, suffix: str = "") -> Place:
+    """Where an artifact file (``models/<key>/<file>``, already checked by ``ArtifactFile``) goes in
+    Documents, checked again here; `suffix` names its marker (``.sha256``) beside it."""
+    parts = name.split("/")
+    return documents(*parts[:-1], parts[-1] + suffix)
+
+
 def marker_place() -> Place:
     """Where prepare records what it installed (inside the harness app's container)."""
     return documents(ORCH, "installed.json")
