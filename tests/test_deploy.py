@@ -6,6 +6,7 @@ room; a local host reads the controller's file; a run's specs name the device's 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import signal
@@ -27,6 +28,7 @@ from orchestrator.devices import FakeDevice, deploy, open_device
 from orchestrator.devices.base import ArtifactFile, Artifacts, DeviceUnavailable, NoSpace, PrepareReport, Progress
 from orchestrator.devices.contract import contract_spec
 from orchestrator.devices.deploy import check_room, parse_df, push_to_host
+from orchestrator.devices.runners import LocalRunner
 from orchestrator.devices.ssh import SshRunner
 from orchestrator.models.maker import make_model
 from orchestrator.protocol import TrialResult
@@ -350,3 +352,50 @@ def test_every_spec_names_the_devices_path_and_the_journal_its_sha256(tmp_path: 
     records = session_records(Forgetful("dev", good), Artifacts(files=[f], model=f.name))
     (stop,) = [r for r in records if isinstance(r, SessionStopped)]
     assert stop.reason == "prepare_failed" and "did not say where the model models/k/m.gguf landed" in stop.detail
+
+
+def test_the_agent_relays_push_progress_ahead_of_its_reply(t1: Path) -> None:
+    """Both ends of the relay: `orch agent` writes `pushed` replies while its device pushes, and the
+    controller's AgentDevice hands them to its progress callback before the final reply."""
+    import io
+
+    from orchestrator.agent import _handle
+    from orchestrator.config import HostDeviceConfig
+    from orchestrator.devices.agent import AgentDevice, Reply, Request
+
+    f = host_files(plan(t1 / "model-Q8_0.gguf")).files[0]
+
+    class Pushing(FakeDevice):  # a device whose push reports twice
+        async def prepare(self, artifacts: Artifacts, progress: Progress | None = None) -> PrepareReport:
+            assert progress is not None
+            progress(f.name, 1, f.size)
+            progress(f.name, f.size, f.size)
+            return await super().prepare(artifacts, progress)
+
+    out = io.StringIO()
+    req = Request(id=7, op="prepare", artifacts=Artifacts(files=[f], model=f.name))
+    reply, _ = asyncio.run(_handle(req, Pushing("dev", good), out))
+    lines = [*out.getvalue().splitlines(), reply.model_dump_json()]
+    pushed = [Reply.model_validate_json(ln).pushed for ln in lines]
+    assert [(p.sent, p.total) if p else None for p in pushed] == [(1, f.size), (f.size, f.size), None]
+    assert reply.report is not None and reply.id == 7
+
+    class Wire:  # the stream those lines arrive on
+        def __init__(self) -> None:
+            self.sent: list[str] = []
+
+        async def send(self, line: str) -> None:
+            self.sent.append(line)
+
+        async def receive(self, timeout: float) -> str:
+            return lines.pop(0).replace('"id":7', f'"id":{json.loads(self.sent[-1])["id"]}')
+
+        async def close(self) -> None:
+            return None
+
+    device = AgentDevice(HostDeviceConfig(id="dev", kind="host"), LocalRunner(), ["orch"])
+    device._stream = Wire()  # type: ignore[assignment]
+    seen: list[tuple[str, int, int]] = []
+    report = asyncio.run(device.prepare(Artifacts(files=[f], model=f.name), progress=lambda *a: seen.append(a)))
+    assert seen == [(f.name, 1, f.size), (f.name, f.size, f.size)]
+    assert report.path_of(f.name) == f"/fake/{f.name}"
