@@ -1,3 +1,4 @@
+import Foundation
 import HarnessCore
 
 /// The compiled kernels, built once per process from `MetalShaders.source` with safe math
@@ -8,15 +9,19 @@ final class MetalPipelines {
     private var states: [String: any MTLComputePipelineState] = [:]
 
     nonisolated(unsafe) private static var cache: [String: MetalPipelines] = [:]
+    /// Engines load on any thread (tests load several at once).
+    private static let lock = NSLock()
 
     static func shared(device: any MTLDevice) throws -> MetalPipelines {
         var h = SHA256()
         Array(MetalShaders.source.utf8).withUnsafeBytes { h.update($0) }
         let key = h.finish().prefix(8).map { String(format: "%02x", $0) }.joined()
-        if let p = cache[key], p.device === device { return p }
-        let p = try MetalPipelines(device: device, sourceHash: key)
-        cache[key] = p
-        return p
+        return try lock.withLock {
+            if let p = cache[key], p.device === device { return p }
+            let p = try MetalPipelines(device: device, sourceHash: key)
+            cache[key] = p
+            return p
+        }
     }
 
     private init(device: any MTLDevice, sourceHash: String) throws {
