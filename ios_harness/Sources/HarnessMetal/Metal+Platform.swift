@@ -6,12 +6,15 @@
 @_exported import MetalCPU
 #endif
 
-enum MetalPlatform {
+public enum MetalPlatform {
     /// Whether this build runs Metal emulated on the CPU: results then say so, and no time they
     /// hold is a GPU figure.
     #if canImport(Metal)
-    static let emulated = false
+    public static let emulated = false
     #else
-    static let emulated = true
+    public static let emulated = true
     #endif
+
+    /// The default Metal device's name, or nil without one.
+    public static var deviceName: String? { MTLCreateSystemDefaultDevice()?.name }
 }

@@ -9,6 +9,17 @@ struct BuiltinEngines: EngineFactory {
         [RawLoopCPU.engineName, RawLoopMetal.engineName]
     }
 
+    /// What `rawloop-metal` runs on: `{"device": name, "emulated": bool}` in `harness info`
+    /// (emulated: MetalCPU on Linux; its times are the CPU's, never a GPU's).
+    struct MetalInfo: Encodable {
+        let device: String
+        let emulated: Bool
+    }
+
+    static var metal: MetalInfo? {
+        MetalPlatform.deviceName.map { MetalInfo(device: $0, emulated: MetalPlatform.emulated) }
+    }
+
     func make(spec: TrialSpec, tuning: [String: TuningValue]) throws -> (engine: any Engine, coldCaches: [String]) {
         switch spec.engine {
         case RawLoopCPU.engineName:

@@ -89,16 +89,17 @@ case "info":
         let harnessBuild: String
         let protocolSchemaVersion: Int
         let engines: [String]
+        let metal: BuiltinEngines.MetalInfo?
         let host: HostInfo
         enum CodingKeys: String, CodingKey {
-            case engines, host
+            case engines, host, metal
             case harnessBuild = "harness_build"
             case protocolSchemaVersion = "protocol_schema_version"
         }
     }
     let info = Info(
         harnessBuild: HarnessBuild.id, protocolSchemaVersion: protocolSchemaVersion,
-        engines: BuiltinEngines().engineNames, host: HostInfo.current())
+        engines: BuiltinEngines().engineNames, metal: BuiltinEngines.metal, host: HostInfo.current())
     Console.line(String(decoding: try! ProtocolJSON.encoder(pretty: true).encode(info), as: UTF8.self))
 default:
     fail(args.command.map { "unknown command '\($0)'" } ?? "no command")

@@ -65,6 +65,9 @@ import Testing
         _ = try check(out)
         let (_, info) = try launch(["info"])
         #expect(info.contains("\"rawloop-metal\""))
+        if MetalPlatform.emulated {
+            #expect(info.contains("\"emulated\" : true") && info.contains("MetalCPU (emulated Metal on CPU)"), "\(info)")
+        }
     }
 
     @Test(.enabled(if: binary != nil, "harness is not built"))
