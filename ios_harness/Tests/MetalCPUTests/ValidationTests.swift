@@ -113,6 +113,18 @@ import Testing
         #expect(y.floats(256).allSatisfy { $0 == 1 })
     }
 
+    @Test func integerDivisionByZeroFailsTheDispatch() throws {
+        let gpu = GPU()
+        let p = try gpu.pipeline("""
+            kernel void k(device int *y [[buffer(0)]], constant int &d [[buffer(1)]], uint i [[thread_position_in_grid]]) {
+                y[i] = 100 / (d - int(i));
+            }
+            """, "k")
+        let cb = gpu.run(p, buffers: [0: gpu.zeros(4)], bytes: [1: [2]], threads: size(4), groupSize: size(4))
+        #expect(cb.status == .error)
+        #expect(failure(cb).contains("thread (2,0,0): integer division by zero"), "\(failure(cb))")
+    }
+
     @Test func aStackOverflowFailsTheDispatch() throws {
         let gpu = GPU { $0.stackBytes = 16 << 10 }
         let p = try gpu.pipeline("""

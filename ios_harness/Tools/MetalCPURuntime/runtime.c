@@ -367,7 +367,7 @@ const mtlcpu_api *mtlcpu_api_table(void) { return &api; }
 
 // MARK: memory faults
 
-static struct sigaction previous_segv, previous_bus;
+static struct sigaction previous_segv, previous_bus, previous_fpe;
 static pthread_once_t fault_once = PTHREAD_ONCE_INIT;
 
 /// Where `address` is, for the report: past the end of a bound buffer, in a stack's guard.
@@ -403,7 +403,11 @@ static void on_fault(int sig, siginfo_t *info, void *context) {
     worker *w = tls_worker;
     if (w && w->in_fiber) {
         char where[300];
-        describe_fault(w, (uintptr_t)info->si_addr, where, sizeof(where));
+        if (sig == SIGFPE) {
+            snprintf(where, sizeof(where), "integer division by zero (a GPU gives an undefined value; the emulation stops)");
+        } else {
+            describe_fault(w, (uintptr_t)info->si_addr, where, sizeof(where));
+        }
         fiber *f = w->current;
         record(w->d, "threadgroup (%u,%u,%u), thread (%u,%u,%u): %s", w->group_pos.x, w->group_pos.y, w->group_pos.z,
                f->b.thread_position_in_threadgroup.x, f->b.thread_position_in_threadgroup.y,
@@ -412,7 +416,7 @@ static void on_fault(int sig, siginfo_t *info, void *context) {
         siglongjmp(w->fault_jump, 1);
     }
     // Not a kernel's: hand it to whoever handled it before (or the default: a crash).
-    struct sigaction *prev = sig == SIGSEGV ? &previous_segv : &previous_bus;
+    struct sigaction *prev = sig == SIGSEGV ? &previous_segv : sig == SIGBUS ? &previous_bus : &previous_fpe;
     if (prev->sa_flags & SA_SIGINFO) {
         prev->sa_sigaction(sig, info, context);
     } else if (prev->sa_handler != SIG_IGN && prev->sa_handler != SIG_DFL) {
@@ -430,6 +434,7 @@ static void install_fault_handler(void) {
     sigemptyset(&sa.sa_mask);
     sigaction(SIGSEGV, &sa, &previous_segv);
     sigaction(SIGBUS, &sa, &previous_bus);
+    sigaction(SIGFPE, &sa, &previous_fpe);
 }
 
 /// The handler runs on its own stack: a fiber's may be the one that overflowed.

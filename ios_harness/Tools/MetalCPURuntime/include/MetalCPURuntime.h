@@ -100,8 +100,8 @@ const mtlcpu_api *mtlcpu_api_table(void);
 /// Runs threadgroups of `d`, claimed one at a time, until none are left or one has failed
 /// (then `failed` is 1 and `error` says why). A memory fault in a kernel (an access past a
 /// buffer's end reaches the guard page after it; a stack overflow, the guard below a stack)
-/// fails the dispatch with the address and the nearest bound buffer; faults elsewhere go to
-/// the handler that was installed before.
+/// fails the dispatch with the address and the nearest bound buffer, an integer division by
+/// zero with that; faults elsewhere go to the handler that was installed before.
 void mtlcpu_run(mtlcpu_dispatch *d);
 
 /// 1 where fibers switch with the hand-written x86-64 routine, 0 where only ucontext exists.
