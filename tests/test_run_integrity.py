@@ -356,3 +356,9 @@ def test_a_seed_out_of_range_is_refused_before_anything_runs(tmp_path: Path) -> 
         code, out = invoke("run", "--fleet", str(f), "--plan", str(p), "--results", str(tmp_path / "r"), "--seed", seed)
         assert code == 2 and "--seed" in out, out
     assert not (tmp_path / "r").exists()
+
+
+def test_an_unknown_run_names_the_latest_run_by_its_id(tmp_path: Path) -> None:
+    run = new_run(tmp_path)
+    code, out = invoke("show", "20990101-000000-nope-0000", "--results", str(run.path.parent))
+    assert code == 2 and f"(latest: {run.run_id})" in out, out
