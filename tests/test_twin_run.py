@@ -1,9 +1,11 @@
 """`orch run` end to end on a phone twin: the real harness app, launched through DVT over RSD on a
-twin presenting iOS 18.2, the fleet pointing the iphone backend at the twin's usbmuxd and tunneld."""
+twin presenting iOS 18.2, the fleet pointing the iphone backend at the twin's usbmuxd and tunneld.
+The plan's model is a file on the controller (model_location: controller, the default): prepare
+installs the .ipa and pushes the model over AFC into the app's Documents/models/."""
 
 from __future__ import annotations
 
-import asyncio
+import json
 import os
 import subprocess
 import textwrap
@@ -11,29 +13,30 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pymobiledevice3.services.house_arrest import HouseArrestService
-from pymobiledevice3.services.installation_proxy import InstallationProxyService
-from twin_support import BUNDLE, HARNESS, MODEL, ORCH, harness_has_app, lockdown, running_twin
+from twin_support import BUNDLE, HARNESS, MODEL, ORCH, harness_has_app, running_twin
 
 from orchestrator.twin import make_ipa
 
 
+def _orch_run(tmp_path: Path, fleet: Path, plan: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "HOME": str(tmp_path / "home"), "COLUMNS": "200"}
+    return subprocess.run([str(ORCH), "run", "--fleet", str(fleet), "--plan", str(plan), "--results",
+                           str(tmp_path / "results")], env=env, capture_output=True, text=True, timeout=300,
+                          check=False)
+
+
+def _records(tmp_path: Path, kind: str) -> list[dict[str, Any]]:
+    """The journal records of one type, of every run under results/, oldest run first."""
+    out = []
+    for journal in sorted((tmp_path / "results").glob("*/journal.jsonl")):
+        out += [r for r in map(json.loads, journal.read_text().splitlines()) if r.get("type") == kind]
+    return out
+
+
 @pytest.mark.skipif(not harness_has_app(), reason="no harness build with `harness app` (swift build in ios_harness)")
-def test_orch_run_on_a_twin(tmp_path: Path) -> None:
+def test_orch_run_on_a_twin_deploys_the_model_and_runs_the_raw_loop(tmp_path: Path) -> None:
     ipa = make_ipa(tmp_path / "twin.ipa", HARNESS, BUNDLE, minimum_os="16.0")
-    with running_twin(tmp_path, ios="18.2") as twin:
-
-        async def install_and_push() -> None:  # the model is already on the phone (model_location: device)
-            client: Any = await lockdown(twin, tmp_path)
-            try:
-                async with InstallationProxyService(lockdown=client) as proxy:
-                    await proxy.install_from_local(ipa)
-                async with await HouseArrestService.create(client, BUNDLE) as box:
-                    await box.set_file_contents("/Documents/t1.gguf", MODEL.read_bytes())
-            finally:
-                await client.close()
-
-        asyncio.run(install_and_push())
+    with running_twin(tmp_path, ios="18.2", thermal_speed=20.0) as twin:
         fleet = tmp_path / "fleet.yaml"
         fleet.write_text(textwrap.dedent(f"""\
             name: twin
@@ -48,24 +51,38 @@ def test_orch_run_on_a_twin(tmp_path: Path) -> None:
                 poll_s: 0.05
             """))
         plan = tmp_path / "plan.yaml"
-        plan.write_text(textwrap.dedent("""\
-            name: twin-threads
-            model: t1.gguf
-            model_location: device
+        plan.write_text(textwrap.dedent(f"""\
+            name: twin-cpu-metal
+            model: {MODEL}
             devices: [twin]
             arms:
-              - {name: one-thread, runtime: rawloop-cpu, threads: 1}
-              - {name: two-threads, runtime: rawloop-cpu, threads: 2}
-            trial: {prompt_tokens: 8, decode_tokens: 16, timeout_s: 60}
+              - {{name: cpu, runtime: rawloop-cpu, threads: 1}}
+              - {{name: metal, runtime: rawloop-metal}}
+            trial: {{prompt_tokens: 8, decode_tokens: 16, timeout_s: 60}}
             blocks: 6
-            settle: {flat_window_s: 0, min_gap_s: 0, poll_s: 0.1, timeout_s: 60}
+            settle: {{flat_window_s: 0.5, flat_tolerance_c: 5, min_gap_s: 0, poll_s: 0.1, timeout_s: 60}}
             """))
-        env = {**os.environ, "HOME": str(tmp_path / "home"), "COLUMNS": "200"}
-        run = subprocess.run([str(ORCH), "run", "--fleet", str(fleet), "--plan", str(plan), "--results",
-                              str(tmp_path / "results")], env=env, capture_output=True, text=True, timeout=300,
-                             check=False)
+        first = _orch_run(tmp_path, fleet, plan)
+        second = _orch_run(tmp_path, fleet, plan)
         launches = [argv for bundle, argv in twin.phone.processes.launches if bundle == BUNDLE]
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    assert "│ twin   │ 24      │ 24 │ 0      │" in run.stdout, run.stdout
-    assert len(launches) == 24 and all(argv[1:3] == ["app", "--container"] for argv in launches)
-    assert len(list((tmp_path / "results").glob("*/journal.jsonl"))) == 1
+        documents = twin.phone.apps.container(twin.phone.apps.get(BUNDLE)) / "Documents"
+        models = sorted(p.relative_to(documents).as_posix() for p in (documents / "models").rglob("*") if p.is_file())
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
+    assert "│ twin   │ 24      │ 24 │ 0      │" in first.stdout, first.stdout
+    assert "Token gates" in first.stdout, first.stdout
+    for arm in ("│ cpu   │ rawloop-cpu   │ Q8_0  │ 12     │", "│ metal │ rawloop-metal │ Q8_0  │ 12     │"):
+        assert arm in first.stdout, first.stdout
+    assert len(launches) == 48 and all(argv[1:3] == ["app", "--container"] for argv in launches)
+    key = models[0].split("/")[1]
+    assert models == [f"models/{key}/{MODEL.name}", f"models/{key}/{MODEL.name}.sha256"], models
+    assert (documents / models[0]).read_bytes() == MODEL.read_bytes()
+    one, two = _records(tmp_path, "prepared")
+    assert [f["bytes_sent"] for f in one["files"]] == [MODEL.stat().st_size]
+    assert [f["bytes_sent"] for f in two["files"]] == [0]
+    trials = _records(tmp_path, "trial")
+    assert len(trials) == 48 and all(t["result"]["status"] == "ok" for t in trials)
+    # settled on the twin's thermal model: the battery read over diagnostics_relay before each trial
+    assert all(isinstance(t["settle"]["before"]["battery_c"], float) for t in trials)
+    assert {t["result"]["engine_version"].endswith("(emulated Metal on CPU)") for t in trials} == {True, False}
+    assert one["model"] == two["model"] == f"models/{key}/{MODEL.name}"
