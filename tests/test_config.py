@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 import re
+import textwrap
 from collections.abc import Callable
 from pathlib import Path
 
@@ -208,17 +209,7 @@ def test_rule_digest_is_stable_and_sensitive() -> None:
 
 # --- non-finite and absurd numbers, hostile names, unreadable files -------------------------------
 
-FLEET = """\
-name: lab
-devices:
-  - id: a
-    kind: sim
-    chip_class: A19 Pro
-    bandwidth_gb_s: 60
-    runtimes:
-      rawloop-metal: {decode_tok_s: 55}
-      coreai: {decode_tok_s: 36.5}
-"""  # line 10 is the next line: device keys at 4 spaces, runtimes at 6
+FLEET = textwrap.dedent(GOOD_FLEET).lstrip("\n")  # line 10 is the next line: device keys at 4 spaces, runtimes at 6
 
 PLAN = """\
 name: p
