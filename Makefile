@@ -7,7 +7,7 @@ PIP_VERSION := $(shell sed -n 's/^pip==//p' constraints.txt)
 SWIFT ?= $(shell command -v swift 2>/dev/null || echo /opt/swift/usr/bin/swift)
 HARNESS := ios_harness
 
-.PHONY: demo demo-host demo-sim runtimes test lint typecheck pytest swift sshd bench bench-runtimes clean lock
+.PHONY: demo demo-host demo-sim demo-twin runtimes test lint typecheck pytest swift sshd bench bench-runtimes clean lock
 
 # constraints.txt pins every package the venv holds (pyproject.toml gives only ranges): every fresh
 # machine gets the same versions. Refresh it on purpose: make lock.
@@ -26,7 +26,7 @@ DEMO_RUNTIMES := llamacpp ort-genai
 M110 := $(HOME)/.cache/orch/models/llama-m110-s0/model-Q8_0.gguf
 DEMO_RESULTS := results
 
-demo: demo-host demo-sim
+demo: demo-host demo-sim demo-twin
 
 # LiteRT-LM joins the demo where it is installed (orch runtimes install litert-lm: ~3.7 GB).
 DEMO_PLAN = configs/plans/$(if $(wildcard $(or $(ORCH_CACHE),$(HOME)/.cache/orch)/runtimes/litert-lm/installed.json),demo-host-litert,demo-host).yaml
@@ -41,6 +41,20 @@ demo-host: $(STAMP) runtimes
 demo-sim: $(STAMP)
 	$(BIN)/orch validate configs/demo-fleet.yaml configs/plans/demo-sim.yaml
 	$(BIN)/orch run --fleet configs/demo-fleet.yaml --plan configs/plans/demo-sim.yaml --results $(DEMO_RESULTS)
+
+# The iPhone path on a phone twin (an emulated iPhone, not a phone: docs/twin.md): install, model
+# push, launch, pull and a verdict through pymobiledevice3. The twin lives as long as the run, in a
+# temporary directory, on free loopback ports (~30 s). Needs the harness build (demo-host makes it).
+TWIN_IPA := $(HARNESS)/.build/twin.ipa
+demo-twin: $(STAMP)
+	@if [ ! -x $(HARNESS)/.build/release/harness ]; then \
+	  if [ -x "$(SWIFT)" ]; then (cd $(HARNESS) && $(SWIFT) build -c release) || exit 1; \
+	  else echo "swift not found: skipping the phone twin demo"; exit 0; fi; fi; \
+	$(BIN)/orch twin make-ipa $(HARNESS)/.build/release/harness --out $(TWIN_IPA) --minimum-os 16.0 >/dev/null && \
+	$(BIN)/orch validate configs/demo-fleet.yaml configs/plans/demo-twin.yaml && \
+	echo "phone twin (an emulated iPhone running this machine's harness, not a phone):" && \
+	$(BIN)/orch twin serve --ephemeral --ios 16.7 -- \
+	  $(BIN)/orch run --fleet configs/demo-fleet.yaml --plan configs/plans/demo-twin.yaml --results $(DEMO_RESULTS)
 
 # Competitor runtimes, each in its own environment under ~/.cache/orch/runtimes (skipped when there).
 runtimes: $(STAMP)

@@ -1,13 +1,16 @@
 """`orch twin serve | make-ipa`: the phone twin, an emulated iPhone that unmodified pymobiledevice3
 reaches through usbmuxd over TCP (docs/twin.md). Parse, call, print.
 
-Exit codes: 0 stopped cleanly (SIGINT/SIGTERM) or the .ipa written, 2 bad input.
+Exit codes: 0 stopped cleanly (SIGINT/SIGTERM) or the .ipa written, 2 bad input; with a command after
+`--`, the command's.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import shlex
+import tempfile
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, NoReturn
@@ -54,16 +57,36 @@ def serve(
         help="'as-ios': DVT over lockdown refused from iOS 17 as on a phone (served over RSD); 'always': served "
         "at any iOS, which no iOS 17+ phone does")] = DeveloperOverLockdown.as_ios,
     tunneld_port: Annotated[int, typer.Option(help="Port of the tunneld stand-in (iOS 17+; 0: any free port)")] = 0,
+    ephemeral: Annotated[bool, typer.Option(help="Keep the state in a temporary directory, removed on stop")]
+    = False,
+    command: Annotated[list[str] | None, typer.Argument(
+        help="After --: a command to run with the twin's addresses in its environment; the twin stops when "
+        "it ends and orch exits with its code")] = None,
 ) -> None:
     """Run a twin until Ctrl-C / SIGTERM. Prints USBMUXD_SOCKET_ADDRESS=HOST:PORT when it is ready (and
-    TUNNELD_ADDRESS=HOST:PORT from iOS 17: the tunneld stand-in naming its RSD)."""
-    from orchestrator.twin import TwinConfig, serve_forever
-    from orchestrator.twin.config import DEFAULT_LAUNCH, DEFAULT_UDID
+    TUNNELD_ADDRESS=HOST:PORT from iOS 17: the tunneld stand-in naming its RSD). With a command after
+    `--`, runs it with those variables set and stops when it ends: `orch twin serve -- orch run ...`."""
+    from orchestrator.twin.config import DEFAULT_UDID
 
     udid = udid or DEFAULT_UDID
+    if ephemeral and root is not None:
+        _bad_input("orch twin serve: --ephemeral and --root exclude each other")
+    with tempfile.TemporaryDirectory(prefix="orch-twin-") if ephemeral else contextlib.nullcontext() as tmp:
+        code = _serve(Path(tmp) / udid if tmp else root or default_root(udid), udid, ios, product_type, host, port,
+                      unpaired, launch, memory_limit_mb, disk_gb, thermal_speed, developer_over_lockdown,
+                      tunneld_port, command or [])
+    raise typer.Exit(code)
+
+
+def _serve(root: Path, udid: str, ios: str, product_type: str, host: str, port: int, unpaired: bool,
+           launch: str | None, memory_limit_mb: float, disk_gb: float, thermal_speed: float,
+           developer_over_lockdown: DeveloperOverLockdown, tunneld_port: int, command: list[str]) -> int:
+    from orchestrator.twin import TwinConfig, serve_forever, serve_while
+    from orchestrator.twin.config import DEFAULT_LAUNCH
+
     try:
         cfg = TwinConfig(
-            root=root or default_root(udid), udid=udid, ios=ios, product_type=product_type, host=host, port=port,
+            root=root, udid=udid, ios=ios, product_type=product_type, host=host, port=port,
             paired=not unpaired, launch=tuple(shlex.split(launch)) if launch else DEFAULT_LAUNCH,
             memory_limit_mb=memory_limit_mb or None, disk_bytes=int(disk_gb * 1e9), thermal_speed=thermal_speed,
             developer_over_lockdown=developer_over_lockdown.value, tunneld_port=tunneld_port,
@@ -80,7 +103,10 @@ def serve(
         if tunneld:
             print(f"TUNNELD_ADDRESS={tunneld}", flush=True)
 
+    if command:
+        return asyncio.run(serve_while(cfg, command, ready))
     asyncio.run(serve_forever(cfg, ready))
+    return 0
 
 
 @twin_app.command("make-ipa")

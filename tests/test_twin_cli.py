@@ -1,10 +1,14 @@
-"""`orch twin make-ipa` and `orch twin serve`'s input checks, through the CLI."""
+"""`orch twin make-ipa`, `orch twin serve -- COMMAND` and `orch twin serve`'s input checks, through the CLI."""
 
 from __future__ import annotations
 
+import os
+import re
+import subprocess
+import sys
 from pathlib import Path
 
-from twin_support import app_executable
+from twin_support import ORCH, PMD, app_executable
 from typer.testing import CliRunner
 
 from orchestrator.cli import app
@@ -35,3 +39,26 @@ def test_bad_input_exits_2_with_one_line(tmp_path: Path) -> None:
     assert got.exit_code == 2 and "iOS 14 and later" in got.output
     got = CliRunner().invoke(app, ["twin", "make-ipa", str(tmp_path / "missing"), "--out", str(tmp_path / "x.ipa")])
     assert got.exit_code == 2 and "not a file" in got.output
+
+
+def test_serve_runs_a_command_against_the_twin_then_stops(tmp_path: Path) -> None:
+    """What `make demo-twin` does: the command reaches the twin through USBMUXD_SOCKET_ADDRESS (here
+    pymobiledevice3's own CLI lists it), the twin stops when the command ends, its temporary state is
+    gone and orch exits with the command's code."""
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("PYMOBILEDEVICE3")}, "HOME": str(tmp_path),
+           "NO_COLOR": "1", "TERM": "dumb"}
+    listed = subprocess.run([str(ORCH), "twin", "serve", "--ephemeral", "--ios", "16.7", "--", str(PMD), "usbmux",
+                             "list"], env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert listed.returncode == 0, listed.stdout + listed.stderr
+    assert '"UniqueDeviceID": "00008140-001A2B3C4D5E6F70"' in listed.stdout, listed.stdout
+    state = re.search(r"state in (\S+)", listed.stdout)
+    assert state is not None and not Path(state[1]).exists()
+
+    code = "import os, sys; print(os.environ['TUNNELD_ADDRESS']); sys.exit(3)"
+    failed = subprocess.run([str(ORCH), "twin", "serve", "--ephemeral", "--", sys.executable, "-c", code], env=env,
+                            capture_output=True, text=True, timeout=120, check=False)
+    assert failed.returncode == 3, failed.stdout + failed.stderr
+    assert re.search(r"TUNNELD_ADDRESS=(127\.0\.0\.1:\d+)\n\1\n", failed.stdout), failed.stdout
+
+    got = CliRunner().invoke(app, ["twin", "serve", "--ephemeral", "--root", str(tmp_path), "--", "true"])
+    assert got.exit_code == 2 and "exclude each other" in got.output

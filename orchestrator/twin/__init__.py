@@ -15,6 +15,6 @@ table), ``usbmux``, ``lockdown``, ``pairing`` (keys, records, TLS), ``services``
 
 from orchestrator.twin.config import TwinConfig
 from orchestrator.twin.ipa import make_ipa
-from orchestrator.twin.server import ThreadedTwin, Twin, serve_forever
+from orchestrator.twin.server import ThreadedTwin, Twin, serve_forever, serve_while
 
-__all__ = ["ThreadedTwin", "Twin", "TwinConfig", "make_ipa", "serve_forever"]
+__all__ = ["ThreadedTwin", "Twin", "TwinConfig", "make_ipa", "serve_forever", "serve_while"]

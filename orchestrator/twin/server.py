@@ -1,12 +1,16 @@
 """Running a twin: `Twin` on the caller's event loop, `ThreadedTwin` on its own thread (for
 synchronous callers: tests driving pymobiledevice3 from another loop or another process), and
-`serve_forever` for ``orch twin serve`` (stops cleanly on SIGINT/SIGTERM)."""
+`serve_forever` for ``orch twin serve`` (stops cleanly on SIGINT/SIGTERM), `serve_while` for
+``orch twin serve -- COMMAND`` (the twin lives as long as the command)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import os
 import signal
+import sys
 import threading
 from collections.abc import Callable
 from types import TracebackType
@@ -163,3 +167,32 @@ async def serve_forever(cfg: TwinConfig, ready: Callable[[Twin], None]) -> None:
     async with Twin(cfg) as twin:
         ready(twin)
         await stop.wait()
+
+
+async def serve_while(cfg: TwinConfig, command: list[str], ready: Callable[[Twin], None]) -> int:
+    """Run `command` with this twin's addresses in its environment (``USBMUXD_SOCKET_ADDRESS``, and
+    ``TUNNELD_ADDRESS`` from iOS 17), stop the twin when it ends and return its exit code. SIGINT and
+    SIGTERM are passed on to the command; the twin stops once it has exited."""
+    loop = asyncio.get_running_loop()
+    async with Twin(cfg) as twin:
+        ready(twin)
+        env = {**os.environ, "USBMUXD_SOCKET_ADDRESS": twin.address}
+        if twin.tunneld_address:
+            env["TUNNELD_ADDRESS"] = twin.tunneld_address
+        try:
+            child = await asyncio.create_subprocess_exec(*command, env=env)
+        except OSError as exc:
+            print(f"orch twin serve: cannot run {command[0]}: {exc}", file=sys.stderr, flush=True)
+            return 127
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, functools.partial(_forward, child, sig))
+        try:
+            return await child.wait()
+        finally:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.remove_signal_handler(sig)
+
+
+def _forward(child: asyncio.subprocess.Process, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        child.send_signal(sig)
