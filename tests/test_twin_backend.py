@@ -7,6 +7,7 @@ default userspace tunnel, are not emulated: see docs/twin.md.)"""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ from pymobiledevice3.services.house_arrest import HouseArrestService
 from twin_support import BUNDLE, HARNESS, MODEL, app_ipa, harness_has_app, running_twin
 
 from orchestrator.config.fleet import IphoneDeviceConfig
-from orchestrator.devices.base import Artifacts, TrialFailure
+from orchestrator.devices.base import ArtifactFile, Artifacts, TrialFailure
 from orchestrator.devices.contract import check_device_contract, contract_spec
 from orchestrator.devices.iphone import IphoneDevice
 from orchestrator.protocol import TrialResult
@@ -129,3 +130,46 @@ def test_a_cable_pulled_mid_trial_is_a_disconnect_and_health_says_so(tmp_path: P
     with running_twin(tmp_path, ios="18.2") as twin:
         asyncio.run(body(_device(twin, ipa), twin))
         assert twin.phone.processes.by_bundle(BUNDLE) is not None, "the app keeps running on the phone"
+
+
+@pytest.mark.parametrize(("signing", "prefer_documents", "granted"), [
+    ({"file_sharing": False}, False, False),  # development-signed, no file sharing: VendContainer only
+    ({"file_sharing": False}, True, False),  # the fleet prefers VendDocuments: refused, VendContainer learnt
+    ({"development": False}, False, True),  # file sharing, no development profile: VendDocuments only
+])
+def test_house_arrest_mode_is_learnt_per_app(tmp_path: Path, monkeypatch: Any, signing: dict[str, bool],
+                                            prefer_documents: bool, granted: bool) -> None:
+    """The phone refuses VendContainer to an app without a development profile and VendDocuments to an
+    app without UIFileSharingEnabled (the twin does both): the backend tries the fleet's preference,
+    falls back to the other once, and opens that app's container the granted way from then on; the
+    model, the marker, specs and results land in the same Documents either way."""
+    ipa = app_ipa(tmp_path, minimum_os="16.0", increased_memory=False, **signing)
+    sha = hashlib.sha256(MODEL.read_bytes()).hexdigest()
+    model = ArtifactFile(source=str(MODEL), sha256=sha, size=MODEL.stat().st_size, name=f"models/{sha[:16]}/t1.gguf")
+    vends: list[bool] = []
+    create = HouseArrestService.create.__func__  # type: ignore[attr-defined]
+
+    async def counting(cls: Any, lockdown: Any, bundle_id: str, documents_only: bool = False) -> Any:
+        vends.append(documents_only)
+        return await create(cls, lockdown, bundle_id, documents_only=documents_only)
+
+    monkeypatch.setattr(HouseArrestService, "create", classmethod(counting))
+
+    async def body(device: IphoneDevice) -> None:
+        report = await device.prepare(Artifacts(files=[model], model=model.name))
+        assert [f.bytes_sent for f in report.files] == [model.size]
+        assert (await device.prepare(Artifacts(files=[model], model=model.name))).skipped
+        result = await device.run_trial(contract_spec("rawloop-cpu", model.name, "twin-0001"), 30)
+        assert isinstance(result, TrialResult) and result.trial_id == "twin-0001", result
+        assert (await device.health()).state == "ok"
+        await device.close()
+
+    with running_twin(tmp_path, ios="16.7") as twin:
+        asyncio.run(body(_device(twin, ipa, documents_only=prefer_documents)))
+        documents = twin.phone.apps.container(twin.phone.apps.get(BUNDLE)) / "Documents"  # type: ignore[arg-type]
+    assert (documents / model.name).read_bytes() == MODEL.read_bytes()
+    assert (documents / (model.name + ".sha256")).read_text().strip() == sha
+    assert (documents / ".orch" / "installed.json").is_file()
+    # the preference first; refused at most once (the first time), the granted way every time after
+    assert vends[0] == prefer_documents and len(vends) > 4, vends
+    assert vends.count(not granted) == int(prefer_documents != granted) and vends[1:] == [granted] * (len(vends) - 1)

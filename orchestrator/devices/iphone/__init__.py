@@ -12,8 +12,10 @@ What the app shell (``ios_harness/App``) must do for this backend:
   rename), then print ``HARNESS_DONE <trial_id> <path>`` on a line-buffered stdout and exit;
 - optionally (``thermal_probe: true``) take ``--probe thermal --out results/probe-NNNNNN.json`` and
   write ``{"thermal_state": "nominal|fair|serious|critical", "low_power": bool}``;
-- be development-signed (house_arrest vends the whole container); with ``documents_only: true``
-  it needs ``UIFileSharingEnabled``;
+- be development-signed (house_arrest's VendContainer: the whole container) or carry
+  ``UIFileSharingEnabled`` (VendDocuments: only Documents). The backend learns which per app: the
+  fleet's preference first (VendContainer; VendDocuments with ``documents_only: true``), the other
+  when the phone refuses it, then the one that worked;
 - keep its executable name in ``process_name`` (default ``HarnessApp``), which names its crash reports.
 """
 

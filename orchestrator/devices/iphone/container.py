@@ -1,7 +1,10 @@
 """An app's container over house_arrest (AFC): push a spec, look for a result, pull it, clean up;
 stream a large file (a model) in and read the free space.
 
-Only `Place`s made by ``paths`` are accepted, so every path is already inside ``/Documents``.
+Only `Place`s made by ``paths`` are accepted, so every path is already inside ``/Documents``, which
+both house_arrest commands reach: VendContainer (the whole container: a phone grants it only to apps
+installed with a development profile) and VendDocuments (only Documents: apps with
+UIFileSharingEnabled). Which one an app gets is learnt per app (`VendModes`).
 """
 
 from __future__ import annotations
@@ -28,23 +31,64 @@ class BadResultFile(Exception):
     """The result path holds something that is not a plausible result file."""
 
 
-class Container:
-    """``async with Container(provider, bundle_id, ...) as c:`` — one house_arrest session."""
+class VendModes:
+    """Which house_arrest command opens each app's container, learnt per bundle id: the preferred one
+    first (VendContainer unless `prefer_documents`), the other when the phone refuses it, and the one
+    that worked from then on. Paths stay the same either way (``/Documents/...``)."""
 
-    def __init__(self, provider: LockdownServiceProvider, bundle_id: str, *, documents_only: bool, timeout: float):
+    def __init__(self, prefer_documents: bool = False):
+        self.prefer_documents = prefer_documents
+        self.known: dict[str, bool] = {}  # bundle id -> documents_only that the phone granted
+
+    def order(self, bundle_id: str) -> list[bool]:
+        first = self.known.get(bundle_id, self.prefer_documents)
+        return [first, not first]
+
+
+def _refused(exc: BaseException) -> bool:
+    """The phone's vend refusal (pymobiledevice3 raises exactly PyMobileDevice3Exception for an error
+    status other than ApplicationLookupFailed; connection faults are subclasses)."""
+    from pymobiledevice3.exceptions import PyMobileDevice3Exception
+
+    return type(exc) is PyMobileDevice3Exception
+
+
+class Container:
+    """``async with Container(provider, bundle_id, ...) as c:`` — one house_arrest session.
+
+    `documents_only`: a bool opens the container that way only; a `VendModes` picks per app."""
+
+    def __init__(self, provider: LockdownServiceProvider, bundle_id: str, *, documents_only: bool | VendModes,
+                 timeout: float):
         self.provider = provider
         self.bundle_id = check_bundle_id(bundle_id)
-        self.documents_only = documents_only
+        self.modes = documents_only if isinstance(documents_only, VendModes) else None
+        self.documents_only = documents_only if isinstance(documents_only, bool) else None
         self.timeout = timeout
         self._afc: Any = None
 
     async def __aenter__(self) -> Container:
         from pymobiledevice3.services.house_arrest import HouseArrestService
 
-        self._afc = await call(
-            HouseArrestService.create(self.provider, self.bundle_id, documents_only=self.documents_only),
-            self.timeout, f"open the container of {self.bundle_id}",
-        )
+        if self.modes is None:
+            assert self.documents_only is not None
+            order = [self.documents_only]
+        else:
+            order = self.modes.order(self.bundle_id)
+        for i, documents_only in enumerate(order):
+            try:
+                self._afc = await call(
+                    HouseArrestService.create(self.provider, self.bundle_id, documents_only=documents_only),
+                    self.timeout, f"open the container of {self.bundle_id}",
+                )
+            except Exception as exc:
+                if i + 1 < len(order) and _refused(exc):
+                    continue  # VendContainer for an app without a development profile, or the reverse
+                raise
+            self.documents_only = documents_only
+            if self.modes is not None:
+                self.modes.known[self.bundle_id] = documents_only
+            break
         return self
 
     async def __aexit__(

@@ -30,7 +30,7 @@ from orchestrator.devices.deploy import MARKER, Throttle, check_room
 from orchestrator.devices.iphone import install as inst
 from orchestrator.devices.iphone.chips import chip_class, model_name
 from orchestrator.devices.iphone.connect import Connector, UsbConnector
-from orchestrator.devices.iphone.container import BadPush, BadResultFile, Container
+from orchestrator.devices.iphone.container import BadPush, BadResultFile, Container, VendModes
 from orchestrator.devices.iphone.crash import latest_crash
 from orchestrator.devices.iphone.errors import call, developer_service, fixes, opened, unavailable
 from orchestrator.devices.iphone.launch import Outcome, launch_and_wait
@@ -63,6 +63,7 @@ class IphoneDevice(Device):
         self._thermal: tuple[float, ThermalState] | None = None
         self._probes = 0
         self._crashes_seen: set[str] = set()
+        self._vend = VendModes(prefer_documents=cfg.documents_only)  # house_arrest's command, learnt per app
 
     # -- connections -----------------------------------------------------------------------------
     def _unavailable(self, exc: BaseException, doing: str, *, developer: bool = False) -> DeviceUnavailable:
@@ -107,7 +108,7 @@ class IphoneDevice(Device):
         if app is None:
             return None
         version = inst.bundle_version(app)
-        marker = inst.parse_marker(await inst.read_marker(lockdown, self.cfg.bundle_id, self.cfg.documents_only, t))
+        marker = inst.parse_marker(await inst.read_marker(lockdown, self.cfg.bundle_id, self._vend, t))
         mine = marker.get(self.cfg.bundle_id)
         if mine and mine["version"] == version and mine["sha256"] != "unknown":
             return f"{version} sha256:{mine['sha256'][:12]}"
@@ -185,7 +186,7 @@ class IphoneDevice(Device):
         if not files:
             return []
         cfg = self.cfg
-        async with Container(lockdown, cfg.bundle_id, documents_only=cfg.documents_only,
+        async with Container(lockdown, cfg.bundle_id, documents_only=self._vend,
                              timeout=cfg.call_timeout_s) as box:
             todo: list[ArtifactFile] = []
             for f in files:
@@ -232,7 +233,7 @@ class IphoneDevice(Device):
         apps = await inst.installed_apps(lockdown, bundles, t)
         marker: dict[str, dict[str, str]] = {}
         if cfg.bundle_id in apps:
-            marker = inst.parse_marker(await inst.read_marker(lockdown, cfg.bundle_id, cfg.documents_only, t))
+            marker = inst.parse_marker(await inst.read_marker(lockdown, cfg.bundle_id, self._vend, t))
 
         def current(w: inst.Wanted) -> bool:
             if w.bundle_id not in apps:
@@ -259,7 +260,7 @@ class IphoneDevice(Device):
                     raise DeviceUnavailable(f"{self.id}: {w.bundle_id} missing after install", state="error")
                 version = inst.bundle_version(apps[w.bundle_id])
                 marker[w.bundle_id] = {"sha256": w.sha256 or "unknown", "version": version}
-            await inst.write_marker(lockdown, cfg.bundle_id, marker, cfg.documents_only, t)
+            await inst.write_marker(lockdown, cfg.bundle_id, marker, self._vend, t)
         harness = wanted[0]
         installed = harness.sha256 or inst.bundle_version(apps[harness.bundle_id])
         return PrepareReport(installed=installed, skipped=not todo)
@@ -345,7 +346,7 @@ class IphoneDevice(Device):
         lockdown = await self.connector.lockdown()
         with developer_service():
             developer = await self.connector.developer()
-        async with Container(lockdown, bundle, documents_only=cfg.documents_only, timeout=t) as box:
+        async with Container(lockdown, bundle, documents_only=self._vend, timeout=t) as box:
             await box.remove(result_at)  # a stale result from an earlier attempt must never count
             spec_at = spec_place(spec.trial_id) if spec is not None else None
             if spec is not None and spec_at is not None:

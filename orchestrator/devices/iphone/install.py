@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from packaging.version import InvalidVersion, Version
 
 from orchestrator.devices.base import DeviceUnavailable
-from orchestrator.devices.iphone.container import Container
+from orchestrator.devices.iphone.container import Container, VendModes
 from orchestrator.devices.iphone.errors import call, opened
 from orchestrator.devices.iphone.paths import check_bundle_id, marker_place
 
@@ -164,14 +164,14 @@ def parse_marker(raw: bytes | None) -> dict[str, dict[str, str]]:
 
 
 async def read_marker(
-    lockdown: LockdownServiceProvider, harness: str, documents_only: bool, timeout: float
+    lockdown: LockdownServiceProvider, harness: str, documents_only: bool | VendModes, timeout: float
 ) -> bytes | None:
     async with Container(lockdown, harness, documents_only=documents_only, timeout=timeout) as c:
         return await c.read(marker_place())
 
 
 async def write_marker(
-    lockdown: LockdownServiceProvider, harness: str, apps: dict[str, dict[str, str]], documents_only: bool,
+    lockdown: LockdownServiceProvider, harness: str, apps: dict[str, dict[str, str]], documents_only: bool | VendModes,
     timeout: float,
 ) -> None:
     data = json.dumps({"schema": 1, "apps": apps}, indent=1, sort_keys=True).encode()
