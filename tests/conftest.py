@@ -71,8 +71,10 @@ def fleet_of(*devices: dict[str, object]) -> Fleet:
 
 
 def plan_with(**over: object) -> Plan:
+    """A small plan. Its decision is the fixed design on medians (every planned trial runs) unless `decision`
+    says otherwise: the tests of run mechanics count trials; tests/test_adaptive*.py cover the default rule."""
     base: dict[str, object] = {
-        "name": "t", "model": "m", "blocks": 6,
+        "name": "t", "model": "m", "blocks": 6, "decision": {"adaptive": None, "estimator": "median"},
         "arms": [{"name": "base", "runtime": "coreai"}, {"name": "cand", "runtime": "rawloop-metal"}],
         "trial": {"prompt_tokens": 16, "decode_tokens": 32},
     }

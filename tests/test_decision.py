@@ -17,7 +17,13 @@ from orchestrator.analysis import _resample as rs
 from orchestrator.analysis.decision import _pair
 from orchestrator.config.plan import DecisionRule
 
-RULE = DecisionRule()
+
+def median_rule(**fields: object) -> DecisionRule:
+    """The fixed design on the difference of medians: the rule these tests pin down."""
+    return DecisionRule.model_validate({"estimator": "median", "adaptive": None, **fields})
+
+
+RULE = median_rule()
 
 # ----------------------------------------------------------------------------------------------
 # The notes' noise model: per-launch lognormal sigma, AR(1) between launches, linear drift over the
@@ -100,7 +106,7 @@ def test_no_gap_tiny_noise_is_equivalent() -> None:
 
 
 def test_permutation_ci_method_is_calibrated_and_decides_alike() -> None:
-    rule = DecisionRule(ci_method="permutation")
+    rule = median_rule(ci_method="permutation")
     is_cand, y, blocks = simulate_abba(np.random.default_rng(14), 60, 20, gap=0.0, sigma=0.005)
     comps = [compare(*session(is_cand, y, blocks, r), rule, seed=r) for r in range(60)]
     assert verdict_rates(comps)["equivalent"] >= 0.95
@@ -158,7 +164,7 @@ def test_p_value_matches_exact_enumeration() -> None:
         extreme += abs(d) >= abs(obs) - 1e-12
     exact = extreme / 64
     comp = compare(
-        ArmSample("b", b_vals, blocks), ArmSample("c", c_vals, blocks), DecisionRule(resamples=20000), seed=3
+        ArmSample("b", b_vals, blocks), ArmSample("c", c_vals, blocks), median_rule(resamples=20000), seed=3
     )
     assert comp.p_value == pytest.approx(exact, abs=0.01)
     assert exact > 0.05  # with 6 pairs the median test cannot reach 5% here: not "faster"
@@ -200,7 +206,7 @@ def test_significant_but_small_effect_is_not_a_verdict() -> None:
     assert comp.p_value < 0.05 and comp.ratio == pytest.approx(1.01, abs=0.002)
     assert comp.verdict == "equivalent"
     assert "but |+1.0%| < 2.0%" in comp.reason
-    strict = compare(*abba(list(base), list(cand)), DecisionRule(min_effect=0.005))
+    strict = compare(*abba(list(base), list(cand)), median_rule(min_effect=0.005))
     assert strict.verdict == "faster"
 
 
@@ -340,7 +346,7 @@ def test_deterministic_by_seed() -> None:
     is_cand, y, blocks = simulate_abba(np.random.default_rng(51), 1, 12, gap=0.02)
     b, c = session(is_cand, y, blocks, 0)
     for method in ("block_bootstrap", "permutation"):
-        rule = DecisionRule(ci_method=method)
+        rule = median_rule(ci_method=method)
         first = compare(b, c, rule, seed=7)
         assert compare(b, c, rule, seed=7) == first
         other = compare(b, c, rule, seed=8)
@@ -397,7 +403,7 @@ def test_swapping_arms_inverts_the_ratio_and_flips_the_verdict(
     case: tuple[ArmSample, ArmSample, int], method: str
 ) -> None:
     b, c, seed = case
-    rule = DecisionRule(ci_method=method, resamples=400)
+    rule = median_rule(ci_method=method, resamples=400)
     fwd = compare(b, c, rule, seed=seed)
     rev = compare(c, b, rule, seed=seed)
     assert rev.ratio == pytest.approx(1 / fwd.ratio, rel=1e-12)
@@ -433,7 +439,7 @@ def test_permutation_ci_inverts_the_test() -> None:
     """Just inside the permutation CI the shifted test accepts; just outside it rejects."""
     is_cand, y, blocks = simulate_abba(np.random.default_rng(61), 1, 20, gap=0.03)
     b, c = session(is_cand, y, blocks, 0)
-    rule = DecisionRule(ci_method="permutation")
+    rule = median_rule(ci_method="permutation")
     comp = compare(b, c, rule, seed=4)
     paired, _, _ = _pair(b, c)
     draws = rs.draw_permutations(paired, rule.resamples, np.random.default_rng(4))
@@ -448,7 +454,7 @@ def test_permutation_ci_is_unbounded_when_the_test_cannot_reject() -> None:
     blocks = np.arange(3)
     b = ArmSample("b", np.array([50.0, 51.0, 49.5]), blocks)
     c = ArmSample("c", np.array([60.0, 61.0, 59.0]), blocks)
-    comp = compare(b, c, DecisionRule(ci_method="permutation"))
+    comp = compare(b, c, median_rule(ci_method="permutation"))
     assert comp.p_value >= 0.2
     assert (comp.ci_low, comp.ci_high, comp.ci90_low, comp.ci90_high) == (0.0, math.inf, 0.0, math.inf)
     assert comp.verdict == "inconclusive"
@@ -485,7 +491,7 @@ def _family_rates(multiplicity: str, effects: list[float], reps: int = 200) -> t
 
     plan = Plan.model_validate({"name": "p", "model": "m", "blocks": 10, "order": "williams",
                                 "arms": [{"name": f"a{i}", "runtime": "coreai"} for i in range(len(effects))],
-                                "decision": {"multiplicity": multiplicity}})
+                                "decision": {"multiplicity": multiplicity, "estimator": "median", "adaptive": None}})
     true = {(f"a{i}", f"a{j}") for i in range(len(effects)) for j in range(i + 1, len(effects))
             if effects[i] != effects[j]}
     rng = np.random.default_rng(1)

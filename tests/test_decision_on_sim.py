@@ -30,7 +30,8 @@ def verdict_counts(gap: float, reps: int = REPS) -> Counter[str]:
         for i in range(reps)
     ]
     fleet = fleet_of(*devices)
-    plan = plan_with(blocks=20, trial={"prompt_tokens": 64, "decode_tokens": 128})
+    plan = plan_with(blocks=20, trial={"prompt_tokens": 64, "decode_tokens": 128},
+                     decision={"estimator": "median", "adaptive": None})  # the fixed design on medians
     manifest = core.new_manifest(fleet, plan, __file__, __file__)  # type: ignore[arg-type]
     journal = MemoryJournal()
     asyncio.run(run_sessions(manifest, journal, lambda d: open_device(fleet, d),

@@ -11,7 +11,7 @@ import pytest
 from orchestrator.analysis import ArmSample, LookDecision, due_look, look
 from orchestrator.config.plan import DecisionRule, SequentialLooks
 
-SEQ_RULE = DecisionRule(sequential=SequentialLooks())  # looks 12/20/30/40, alpha 0.02, futility
+SEQ_RULE = DecisionRule(sequential=SequentialLooks(), estimator="median")  # looks 12/20/30/40, alpha 0.02, futility
 
 
 def simulate_abba(

@@ -51,6 +51,7 @@ import numpy as np
 import numpy.typing as npt
 
 from orchestrator.analysis import _resample as rs
+from orchestrator.analysis._signed_rank import block_differences, signed_rank
 from orchestrator.config.plan import DecisionRule
 
 Verdict = Literal["faster", "slower", "equivalent", "inconclusive"]
@@ -121,12 +122,24 @@ class Comparison:
     note: str = ""  # what the reason adds to the rule's words (dropped blocks)
 
 
-def mde(sigma: float, n_per_arm: float, alpha: float, power: float, *, two_sided: bool = True) -> float:
-    """Minimum detectable effect of the difference of medians, as a fraction (log units).
+# Standard error of each estimator against the difference of means, under normal noise: the median
+# keeps 2/pi of the mean's efficiency, Hodges-Lehmann 3/pi.
+EFFICIENCY_FACTOR = {"median": math.sqrt(math.pi / 2), "hodges_lehmann": math.sqrt(math.pi / 3)}
 
-    ``(z_{1-alpha/2} + z_power) * sigma * sqrt(2 / n) * sqrt(pi / 2)``; ``sqrt(pi/2)`` is the
-    median's efficiency loss against the mean under normal noise. ``z_{1-alpha}`` when one-sided.
-    For unequal arms pass the harmonic mean of the two counts. NaN if sigma is NaN or n < 1.
+
+def standard_error(sigma: float, n_per_arm: float, estimator: str = "median") -> float:
+    """Standard error of the log ratio with ``n_per_arm`` launches per arm and launch noise ``sigma``."""
+    return EFFICIENCY_FACTOR[estimator] * sigma * math.sqrt(2 / n_per_arm)
+
+
+def mde(sigma: float, n_per_arm: float, alpha: float, power: float, *, two_sided: bool = True,
+        estimator: str = "median") -> float:
+    """Minimum detectable effect of the estimator's log ratio, as a fraction (log units).
+
+    ``(z_{1-alpha/2} + z_power) * sigma * sqrt(2 / n) * f``: ``f = sqrt(pi/2)`` for the median and
+    ``sqrt(pi/3)`` for Hodges-Lehmann (their efficiency loss against the mean under normal noise).
+    ``z_{1-alpha}`` when one-sided. For unequal arms pass the harmonic mean of the two counts. NaN if
+    sigma is NaN or n < 1.
     """
     if not (0 < alpha < 1 and 0 < power < 1):
         raise ValueError("alpha and power must be in (0, 1)")
@@ -134,7 +147,7 @@ def mde(sigma: float, n_per_arm: float, alpha: float, power: float, *, two_sided
         return float("nan")
     z = NormalDist()
     z_a = z.inv_cdf(1 - alpha / 2) if two_sided else z.inv_cdf(1 - alpha)
-    return (z_a + z.inv_cdf(power)) * sigma * math.sqrt(2 / n_per_arm) * math.sqrt(math.pi / 2)
+    return (z_a + z.inv_cdf(power)) * standard_error(sigma, n_per_arm, estimator)
 
 
 def _pair(baseline: ArmSample, candidate: ArmSample) -> tuple[rs.Paired, int, int]:
@@ -156,7 +169,8 @@ def _pair(baseline: ArmSample, candidate: ArmSample) -> tuple[rs.Paired, int, in
 
 
 def _verdict(
-    p: float, ratio: float, ci90: tuple[float, float], alpha: float, rule: DecisionRule, family: int = 1
+    p: float, ratio: float, ci90: tuple[float, float], alpha: float, rule: DecisionRule, family: int = 1,
+    gamma: float = 0.05,
 ) -> tuple[Verdict, str]:
     eff = ratio - 1
     margin = rule.equivalence_margin
@@ -171,7 +185,7 @@ def _verdict(
     why_not = f"{p_txt} but {eff_txt}" if sig else p_txt
     inside = 1 - margin <= ci90[0] and ci90[1] <= 1 + margin
     ci_txt = (
-        f"90% CI [{ci90[0]:.3f}, {ci90[1]:.3f}] {'inside' if inside else 'not inside'} "
+        f"{100 * (1 - 2 * gamma):.3g}% CI [{ci90[0]:.3f}, {ci90[1]:.3f}] {'inside' if inside else 'not inside'} "
         f"[{1 - margin:.3f}, {1 + margin:.3f}]"
     )
     verdict = "equivalent" if inside else "inconclusive"
@@ -184,35 +198,42 @@ def compare(
     rule: DecisionRule,
     *,
     alpha: float | None = None,
+    gamma: float = 0.05,
     seed: int = 0,
 ) -> Comparison:
     """Apply the pre-committed rule to candidate vs baseline (see the module docstring).
 
-    ``alpha`` overrides ``rule.alpha`` (sequential looks pass their per-look alpha). Raises
-    :class:`InsufficientData` if the arms share no block.
+    ``alpha`` overrides ``rule.alpha`` (sequential looks pass their per-look alpha); ``gamma`` is
+    the error of each one-sided equivalence test (0.05: the 90% CI; an adaptive look passes its
+    spent share). Raises :class:`InsufficientData` if the arms share no block.
     """
     a = rule.alpha if alpha is None else alpha
     if not 0 < a < 1:
         raise ValueError(f"alpha must be in (0, 1), got {a}")
+    if not 0 < gamma < 0.5:
+        raise ValueError(f"gamma must be in (0, 0.5), got {gamma}")
     paired, dropped_blocks, dropped_values = _pair(baseline, candidate)
-    r = rule.resamples
-    d = rs.median_difference(paired)
-    rng = np.random.default_rng(seed)
-
-    draws = rs.draw_permutations(paired, r, rng)
-    null = rs.permuted_statistics(paired, paired.y, draws)
-    p = (1 + int(np.count_nonzero(np.abs(null) >= abs(d) - rs.TIE_TOL))) / (1 + r)
-    p_slower = (1 + int(np.count_nonzero(null <= d + rs.TIE_TOL))) / (1 + r)
-
-    qs = [a / 2, 1 - a / 2, 0.05, 0.95]
-    if rule.ci_method == "block_bootstrap":
-        lo, hi, lo90, hi90 = np.quantile(rs.block_bootstrap(paired, r, rng), qs)
+    if rule.estimator == "hodges_lehmann":
+        sr = signed_rank(block_differences(paired))
+        d, p, p_slower = sr.estimate, sr.p_two_sided(), sr.p_slower()
+        (lo, hi), (lo90, hi90) = sr.interval(a / 2), sr.interval(gamma)
     else:
-        (lo, hi), (lo90, hi90) = rs.invert_permutation_test(paired, draws, d, null, [a, 0.10])
+        r = rule.resamples
+        d = rs.median_difference(paired)
+        rng = np.random.default_rng(seed)
+        draws = rs.draw_permutations(paired, r, rng)
+        null = rs.permuted_statistics(paired, paired.y, draws)
+        p = (1 + int(np.count_nonzero(np.abs(null) >= abs(d) - rs.TIE_TOL))) / (1 + r)
+        p_slower = (1 + int(np.count_nonzero(null <= d + rs.TIE_TOL))) / (1 + r)
+        qs = [a / 2, 1 - a / 2, gamma, 1 - gamma]
+        if rule.ci_method == "block_bootstrap":
+            lo, hi, lo90, hi90 = np.quantile(rs.block_bootstrap(paired, r, rng), qs)
+        else:
+            (lo, hi), (lo90, hi90) = rs.invert_permutation_test(paired, draws, d, null, [a, 2 * gamma])
 
     ratio = math.exp(d)
     ci90 = (math.exp(lo90), math.exp(hi90))
-    verdict, reason = _verdict(p, ratio, ci90, a, rule)
+    verdict, reason = _verdict(p, ratio, ci90, a, rule, gamma=gamma)
     note = f" ({dropped_blocks} block(s) lacking an arm dropped: {dropped_values} value(s))" if dropped_blocks else ""
     n_b, n_c = paired.n_base, paired.n_cand
     sigma = rs.residual_sd(paired)
@@ -231,7 +252,7 @@ def compare(
         p_value=p,
         p_one_sided_slower=p_slower,
         sigma=sigma,
-        mde=mde(sigma, 2 / (1 / n_b + 1 / n_c), a, rule.power),
+        mde=mde(sigma, 2 / (1 / n_b + 1 / n_c), a, rule.power, estimator=rule.estimator),
         alpha=a,
         verdict=verdict,
         reason=reason + note,
@@ -265,5 +286,5 @@ def in_family(comparisons: list[Comparison], rule: DecisionRule) -> list[Compari
         verdict, reason = _verdict(p_adj, c.ratio, (c.ci90_low, c.ci90_high), c.alpha, rule, family=m)
         n = 2 / (1 / c.n_baseline + 1 / c.n_candidate)
         out.append(replace(c, p_adjusted=p_adj, family=m, verdict=verdict, reason=reason + c.note,
-                           mde=mde(c.sigma, n, c.alpha / m, rule.power)))
+                           mde=mde(c.sigma, n, c.alpha / m, rule.power, estimator=rule.estimator)))
     return out

@@ -14,11 +14,18 @@ At look ``i`` (``rule.sequential.looks[i]`` launches per arm done) the pair is c
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
-from orchestrator.analysis.decision import ArmSample, Comparison, compare, in_family
-from orchestrator.config.plan import DecisionRule, SequentialLooks
+import numpy as np
+import numpy.typing as npt
+from scipy.stats import norm
+
+from orchestrator.analysis.decision import ArmSample, Comparison, InsufficientData, compare, in_family
+from orchestrator.analysis.groupseq import look_times, one_sided_bounds, two_sided_bounds
+from orchestrator.config.plan import AdaptiveDesign, DecisionRule, SequentialLooks
+
+EQUIVALENCE_ALPHA = 0.05  # each one-sided test of the TOST: the fixed design's 90% interval
 
 LookAction = Literal["continue", "decided", "futile", "final"]
 
@@ -83,3 +90,139 @@ def look_family(
             action = "continue"
         out.append(LookDecision(look_index, min(comp.n_baseline, comp.n_candidate), action, comp))
     return out
+
+
+# ----------------------------------------------------------------------------------------------
+# The adaptive design (``DecisionRule.adaptive``): look until faster, slower or equivalent.
+
+
+@dataclass(frozen=True)
+class AdaptiveLook:
+    """One look of the adaptive design: where it falls and the nominal levels it tests at."""
+
+    index: int
+    n_per_arm: int  # planned launches per arm (the information the boundaries assume)
+    final: bool  # the final analysis: spends what is left
+    of: int  # looks planned
+    efficacy_z: float  # |Z| boundary of the two-sided test of no difference
+    equivalence_z: float  # one-sided boundary of each test of the equivalence TOST
+    family: int = 1  # pairs sharing alpha (Bonferroni: the boundary is at alpha / family)
+
+    @property
+    def alpha(self) -> float:
+        """Two-sided nominal level: ``p < alpha`` crosses the efficacy boundary."""
+        return float(2 * norm.sf(self.efficacy_z))
+
+    @property
+    def gamma(self) -> float:
+        """Each one-sided equivalence test's nominal level: the ``1 - 2 gamma`` interval decides."""
+        return float(norm.sf(self.equivalence_z))
+
+    def words(self) -> str:
+        what = "final analysis" if self.final else f"look {self.index + 1} of up to {self.of}"
+        return f"{what} ({self.n_per_arm} launches per arm)"
+
+
+def adaptive_looks(rule: DecisionRule, cap: int, *, family: int = 1, final_n: int | None = None) -> list[AdaptiveLook]:
+    """The looks of ``rule.adaptive`` on a plan of ``cap`` launches per arm, with their boundaries.
+
+    ``final_n``: the final analysis falls at these launches per arm instead of the cap (a session
+    that ended short of its blocks); the looks before it are unchanged. With more than two arms and
+    Holm's multiplicity, each pair's efficacy alpha is ``alpha / family`` (Bonferroni).
+    """
+    design = _adaptive(rule)
+    planned = design.looks(cap)
+    info, times = look_times(planned, cap, final_n)
+    a = rule.alpha / family if rule.multiplicity == "holm" and family > 1 else rule.alpha
+    eff = two_sided_bounds(info, times, a, design.efficacy)
+    eqv = one_sided_bounds(info, times, EQUIVALENCE_ALPHA, design.equivalence)
+    k = len(info)
+    return [AdaptiveLook(i, int(info[i]), i == k - 1, len(planned), eff[i], eqv[i], family) for i in range(k)]
+
+
+def _adaptive(rule: DecisionRule) -> AdaptiveDesign:
+    if rule.adaptive is None:
+        raise ValueError("the decision rule has no adaptive design")
+    return rule.adaptive
+
+
+def adaptive_due(rule: DecisionRule, cap: int, n_per_arm_done: int, *, after: int = -1) -> int | None:
+    """The index of the interim look that ``n_per_arm_done`` reaches, if later than ``after``.
+
+    Interim looks only (fewer launches than the cap): the final analysis belongs to the verdict
+    table, which runs after the last block.
+    """
+    if rule.adaptive is None:
+        return None
+    interim = rule.adaptive.looks(cap)[:-1]
+    reached = [i for i, n in enumerate(interim) if n <= n_per_arm_done]
+    return reached[-1] if reached and reached[-1] > after else None
+
+
+def decide_at(pairs: list[tuple[ArmSample, ArmSample]], rule: DecisionRule, at: AdaptiveLook,
+              *, seed: int = 0) -> list[Comparison | None]:
+    """Each pair at one look: its comparison (verdict ``inconclusive`` = no answer yet), or None if
+    the pair shares no block yet. An interim ``inconclusive`` means: continue."""
+    out: list[Comparison | None] = []
+    m = at.family if rule.multiplicity == "holm" else 1
+    for b, c in pairs:
+        try:
+            comp = compare(b, c, rule, alpha=at.alpha, gamma=at.gamma, seed=seed)
+        except InsufficientData:
+            out.append(None)
+            continue
+        out.append(replace(comp, reason=f"{at.words()}: {comp.reason}", family=m,
+                           p_adjusted=min(1.0, m * comp.p_value)))
+    return out
+
+
+@dataclass(frozen=True)
+class Timed:
+    """One arm's usable values with the trial sequence number of each (the order they arrived in)."""
+
+    sample: ArmSample
+    seq: npt.NDArray[np.int64]
+
+
+def replay(arms: dict[str, Timed], pairs: list[tuple[str, str]], rule: DecisionRule, cap: int,
+           *, seed: int = 0) -> list[Comparison | None]:
+    """Each pair's verdict under the adaptive design, from the session's data alone.
+
+    The looks are taken where the session took them: interim look ``j`` on the values that had
+    arrived when every arm first had ``n_j`` values. A pair's verdict is its first answer; a pair
+    still without one gets the final analysis on all its values (spending what is left, at the
+    launches per arm the session reached). None: the pair never shared a block.
+    """
+    _adaptive(rule)
+    names = list(arms)
+    seqs = np.sort(np.concatenate([arms[a].seq for a in names])) if names else np.empty(0, np.int64)
+    counts = np.stack([np.searchsorted(np.sort(arms[a].seq), seqs, side="right") for a in names])
+    least = counts.min(axis=0) if seqs.size else np.empty(0, np.int64)
+    n_final = int(least[-1]) if least.size else 0
+    looks = adaptive_looks(rule, cap, family=len(pairs), final_n=max(n_final, 1) if n_final < cap else None)
+    verdicts: list[Comparison | None] = [None] * len(pairs)
+    answered = [False] * len(pairs)
+    for at in looks[:-1]:
+        hit = np.flatnonzero(least >= at.n_per_arm)
+        if not hit.size:
+            break
+        upto = seqs[hit[0]]
+        todo = [i for i in range(len(pairs)) if not answered[i]]
+        comps = decide_at([(_until(arms[pairs[i][0]], upto), _until(arms[pairs[i][1]], upto)) for i in todo],
+                          rule, at, seed=seed)
+        for i, comp in zip(todo, comps, strict=True):
+            if comp is not None and comp.verdict != "inconclusive":
+                verdicts[i], answered[i] = comp, True
+        if all(answered):
+            return verdicts
+    todo = [i for i in range(len(pairs)) if not answered[i]]
+    comps = decide_at([(arms[pairs[i][0]].sample, arms[pairs[i][1]].sample) for i in todo], rule, looks[-1], seed=seed)
+    for i, comp in zip(todo, comps, strict=True):
+        verdicts[i] = comp
+    return verdicts
+
+
+def _until(arm: Timed, upto: int) -> ArmSample:
+    keep = arm.seq <= upto
+    s = arm.sample
+    return ArmSample(s.name, s.values[keep], s.blocks[keep])

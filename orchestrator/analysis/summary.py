@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from orchestrator.analysis.decision import ArmSample, Comparison, InsufficientData, compare, in_family
+from orchestrator.analysis.sequential import Timed, adaptive_looks, replay
 from orchestrator.config.plan import Plan
 
 VERDICT_COLUMNS = [
@@ -39,7 +40,13 @@ VERDICT_COLUMNS = [
 
 
 def verdicts(trials: pd.DataFrame, plan: Plan, *, seed: int = 0) -> pd.DataFrame:
-    """One row per device and pair (baseline = the arm listed first in the plan)."""
+    """One row per device and pair (baseline = the arm listed first in the plan).
+
+    An adaptive rule replays each device's looks on its trials in the order they ran (see
+    :func:`orchestrator.analysis.sequential.replay`): a pair's verdict is its first answer.
+    """
+    if plan.decision.adaptive is not None:
+        return _adaptive_verdicts(trials, plan, seed)
     col, rows = plan.decision.column(), []
     seq = plan.decision.sequential
     alpha = seq.alpha_per_look if seq is not None else plan.decision.alpha
@@ -60,6 +67,26 @@ def verdicts(trials: pd.DataFrame, plan: Plan, *, seed: int = 0) -> pd.DataFrame
             rows.append({k: v for k, v in asdict(c).items() if k in VERDICT_COLUMNS} | {"device": device})
     order = {(b, c): k for k, (b, c) in enumerate((b, c) for i, b in enumerate(arms) for c in arms[i + 1:])}
     rows.sort(key=lambda r: (r["device"], order[(r["baseline"], r["candidate"])]))
+    return pd.DataFrame(rows, columns=VERDICT_COLUMNS)
+
+
+def _adaptive_verdicts(trials: pd.DataFrame, plan: Plan, seed: int) -> pd.DataFrame:
+    col, rows = plan.decision.column(), []
+    ok = trials[(trials["status"] == "ok") & trials[col].notna()]
+    arms = [a.name for a in plan.arms]
+    pairs = [(b, c) for i, b in enumerate(arms) for c in arms[i + 1:]]
+    cap = plan.launches_per_arm()
+    last = adaptive_looks(plan.decision, cap, family=len(pairs))[-1]
+    for device in sorted(trials["device"].unique()):
+        mine = ok[ok["device"] == device]
+        timed = {a: Timed(_sample(mine[mine["arm"] == a], a, col),
+                          mine.loc[mine["arm"] == a, "seq"].to_numpy(dtype=np.int64)) for a in arms}
+        for (base, cand), comp in zip(pairs, replay(timed, pairs, plan.decision, cap, seed=seed), strict=True):
+            if comp is None:
+                rows.append(_empty(device, base, cand, f"{timed[base].sample.name!r} and {timed[cand].sample.name!r} "
+                                   "share no block", plan, last.alpha))
+            else:
+                rows.append({k: v for k, v in asdict(comp).items() if k in VERDICT_COLUMNS} | {"device": device})
     return pd.DataFrame(rows, columns=VERDICT_COLUMNS)
 
 
@@ -88,6 +115,8 @@ def _empty(device: str, base: str, cand: str, why: str, plan: Plan, alpha: float
 def family_words(plan: Plan) -> str:
     """How the p column is to be read when a device's pairs are one family."""
     pairs = len(plan.arms) * (len(plan.arms) - 1) // 2
+    if pairs > 1 and plan.decision.multiplicity == "holm" and plan.decision.adaptive is not None:
+        return f" for each device's {pairs} pairs together: each pair's looks at alpha/{pairs} (Bonferroni)"
     if pairs > 1 and plan.decision.multiplicity == "holm":
         return f" for each device's {pairs} pairs together: p is Holm-adjusted, MDE at alpha/{pairs}"
     return ""

@@ -104,6 +104,28 @@ class SequentialLooks(Strict):
         return self
 
 
+Spending = Literal["pocock", "obrien_fleming"]
+
+
+class AdaptiveDesign(Strict):
+    """Looks until the comparison has its answer: faster, slower or equivalent (or the cap, `blocks`).
+
+    Interim looks at `first_look`, then every `look_every` launches per arm, up to the plan's launches
+    per arm (the cap, where the final analysis spends what is left). Each look tests for a difference
+    (two-sided, `alpha` spent over the looks by `efficacy`) and for equivalence (the two one-sided
+    tests of `equivalence_margin`, 5% each, spent by `equivalence`): Lan-DeMets alpha spending.
+    """
+
+    first_look: int = Field(default=16, ge=2, le=MAX_LAUNCHES_PER_ARM, description="Launches per arm at the first look")
+    look_every: int = Field(default=4, ge=1, le=MAX_LAUNCHES_PER_ARM, description="Launches per arm between looks")
+    efficacy: Spending = Field(default="pocock", description="How alpha is spent over the looks (difference)")
+    equivalence: Spending = Field(default="obrien_fleming", description="How the 5% per side of the TOST is spent")
+
+    def looks(self, cap: int) -> list[int]:
+        """Launches per arm at each look: the interim looks, then the cap (the final analysis)."""
+        return [*range(self.first_look, cap, self.look_every), cap]
+
+
 class DecisionRule(Strict):
     """Pre-committed: hashed into the run manifest before the first trial."""
 
@@ -111,13 +133,29 @@ class DecisionRule(Strict):
     alpha: Alpha = 0.05
     min_effect: float = Field(default=0.02, ge=0, lt=1, description="Smallest ratio change called a verdict")
     equivalence_margin: float = Field(default=0.03, gt=0, lt=1)
-    ci_method: Literal["block_bootstrap", "permutation"] = "block_bootstrap"
-    resamples: int = Field(default=2000, ge=200, le=MAX_RESAMPLES)
+    ci_method: Literal["block_bootstrap", "permutation"] = Field(
+        default="block_bootstrap", description="The median's interval (estimator: median only)")
+    resamples: int = Field(default=2000, ge=200, le=MAX_RESAMPLES, description="estimator: median only")
     power: float = Field(default=0.8, gt=0, lt=1, description="Power at which the MDE is stated")
     sequential: SequentialLooks | None = None
     multiplicity: Literal["holm", "none"] = Field(
         default="holm", description="More than two arms: each device's pairs are one family; holm = Holm's step-down "
         "on their p-values (family-wise false positives <= alpha), none = each pair at alpha alone")
+    estimator: Literal["hodges_lehmann", "median"] = Field(
+        default="hodges_lehmann", description="hodges_lehmann: shift of the blocks' differences, signed-rank p and "
+        "interval (exact; ci_method and resamples unused); median: difference of medians, permutation p")
+    adaptive: AdaptiveDesign | None = Field(
+        default_factory=AdaptiveDesign, description="Look until an answer (the default; off when `sequential` is "
+        "given); null: one analysis after all blocks")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_design(cls, data: object) -> object:
+        if isinstance(data, dict) and data.get("sequential") is not None:
+            if data.get("adaptive") is not None:
+                raise ValueError("sequential and adaptive are two designs: give one (adaptive: null for sequential)")
+            data = {**data, "adaptive": None}
+        return data
 
     def measure(self, result: TrialResult) -> float | None:
         """The trial's number this rule decides on: decode or prefill tok/s of trial1."""
@@ -165,7 +203,8 @@ class Plan(Strict):
     arms: list[Arm] = Field(min_length=2, max_length=MAX_ARMS)
     trial: TrialSettings = TrialSettings()
     blocks: int = Field(
-        default=20, ge=6, le=MAX_BLOCKS, description=">= 6: with 5 blocks no p < 0.05 is reachable"
+        default=60, ge=6, le=MAX_BLOCKS, description=">= 6: with 5 blocks no p < 0.05 is reachable; the cap of an "
+        "adaptive decision (ABBA x 60 = 120 launches per arm: what equivalence within 3% at 6% noise needs)"
     )
     order: Literal["abba", "williams"] = "abba"
     settle: SettlePolicy = SettlePolicy()
@@ -191,6 +230,10 @@ class Plan(Strict):
         blocks, order = info.data.get("blocks"), info.data.get("order")
         if blocks is None or order is None:
             return rule  # reported where they are
+        adaptive = rule.adaptive
+        if adaptive is not None and order == "abba" and (adaptive.first_look % 2 or adaptive.look_every % 2):
+            raise ValueError(f"adaptive: first_look ({adaptive.first_look}) and look_every ({adaptive.look_every}) "
+                             "must be even with order abba (a look ends a block)")
         launches = blocks * (2 if order == "abba" else 1)
         if launches * rule.resamples > MAX_RESAMPLING_WORK:
             raise ValueError(

@@ -11,7 +11,7 @@ import numpy as np
 from pydantic import BaseModel
 
 from orchestrator.analysis.decision import ArmSample
-from orchestrator.analysis.sequential import due_look, look_family
+from orchestrator.analysis.sequential import adaptive_due, adaptive_looks, decide_at, due_look, look_family
 from orchestrator.clock import Clock
 from orchestrator.config.plan import Plan
 from orchestrator.devices.base import Artifacts, Device, DeviceUnavailable, TrialFailure
@@ -181,12 +181,14 @@ class Session:
         )
 
     def _look(self) -> StopReason | None:
-        """Group-sequential looks: stop when every pair is decided or futile."""
+        """Group-sequential looks: stop when every pair is decided or futile (adaptive: answered)."""
         rule = self.plan.decision
-        if rule.sequential is None:
-            return None
         arms = [a.name for a in self.plan.arms]
         n = min(len(self.state.values.get(a, [])) for a in arms)
+        if rule.adaptive is not None:
+            return self._adaptive_look(arms, n)
+        if rule.sequential is None:
+            return None
         index = due_look(rule, n)
         if index is None or index < self.state.looks_done:
             return None
@@ -207,6 +209,26 @@ class Session:
             device=self.schedule.device, look=index, n_per_arm=n, action=action, pairs=pairs, wall=self.clock.wall(),
         ))
         return action if action in ("decided", "futile") else None  # type: ignore[return-value]
+
+    def _adaptive_look(self, arms: list[str], n: int) -> StopReason | None:
+        """An interim look of the adaptive design: stop when every pair has its answer at this look."""
+        cap = self.plan.launches_per_arm()
+        index = adaptive_due(self.plan.decision, cap, n, after=self.state.looks_done - 1)
+        if index is None:
+            return None
+        samples = {a: _sample(a, self.state.values.get(a, [])) for a in arms}
+        family = [(samples[base], samples[cand]) for i, base in enumerate(arms) for cand in arms[i + 1:]]
+        at = adaptive_looks(self.plan.decision, cap, family=len(family))[index]
+        comps = decide_at(family, self.plan.decision, at, seed=self.seed)
+        pairs = [LookPair(baseline=b.name, candidate=c.name, ratio=comp.ratio if comp else float("nan"),
+                          p_value=comp.p_value if comp else float("nan"),
+                          action=comp.verdict if comp and comp.verdict != "inconclusive" else "continue")
+                 for (b, c), comp in zip(family, comps, strict=True)]
+        self.state.looks_done = index + 1
+        action = "decided" if all(p.action != "continue" for p in pairs) else "continue"
+        self._emit(LookRecord(device=self.schedule.device, look=index, n_per_arm=n, action=action, pairs=pairs,
+                              wall=self.clock.wall()))
+        return "decided" if action == "decided" else None
 
     def _emit(self, record: BaseModel) -> None:
         self.journal.append(record)
