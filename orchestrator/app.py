@@ -26,7 +26,15 @@ from orchestrator.config.sim import SimDeviceConfig
 from orchestrator.devices import open_device
 from orchestrator.devices.base import Artifacts, DeviceInfo, DeviceUnavailable, Health, Telemetry
 from orchestrator.results.journal import Journal
-from orchestrator.results.records import EARLY_STOPS, Manifest, Record, RunFinished, RunStarted, StopReason
+from orchestrator.results.records import (
+    EARLY_STOPS,
+    Manifest,
+    Record,
+    RunFinished,
+    RunStarted,
+    StopReason,
+    device_chips,
+)
 from orchestrator.results.store import (
     RunDir,
     RunLocked,
@@ -198,6 +206,7 @@ class RunOutcome:
     gates: pd.DataFrame  # token gates of the real trials against the numpy reference (empty for sims)
     details: dict[str, str]  # device -> why its session stopped, where it said
     warnings: list[str] = field(default_factory=list)  # journal lines skipped; tables not written (and why)
+    chips: dict[str, str] = field(default_factory=dict)  # device -> chip class, as the device said (device_chips)
 
     @property
     def completed(self) -> bool:
@@ -307,4 +316,4 @@ def _derive(run: RunDir, *, save: bool, why: str | None = None) -> RunOutcome:
     gates = gates_of(run, records, save=save)
     return RunOutcome(run=run, manifest=manifest, stops=stop_reasons(manifest, records), trials=trials,
                       verdicts=table, details={d: s.detail for d, s in stops(records).items() if s.detail},
-                      gates=gates, warnings=warnings)
+                      gates=gates, warnings=warnings, chips=device_chips(manifest, records))

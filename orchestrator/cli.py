@@ -123,7 +123,7 @@ def _summary(outcome: core.RunOutcome) -> None:
     for device, reason in outcome.stops.items():
         if reason not in ("completed", *EARLY_STOPS) and device in outcome.details:
             err.print(f"{device}: {reason}: {outcome.details[device]}", markup=False, highlight=False)
-    out.print(verdict_table(outcome.verdicts, outcome.manifest))
+    out.print(verdict_table(outcome.verdicts, outcome.manifest, outcome.chips))
     files = "journal.jsonl, trials.parquet, verdicts.csv"
     if len(outcome.gates):
         out.print(gates_table(outcome.gates))

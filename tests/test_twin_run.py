@@ -70,6 +70,7 @@ def test_orch_run_on_a_twin_deploys_the_model_and_runs_the_raw_loop(tmp_path: Pa
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
     assert "│ twin   │ 24      │ 24 │ 0      │" in first.stdout, first.stdout
+    assert "│ twin   │ A18 Pro │ metal vs cpu │ 12/12 │" in first.stdout, first.stdout  # the chip its ProductType names
     assert "Token gates" in first.stdout, first.stdout
     for arm in ("│ cpu   │ rawloop-cpu   │ Q8_0  │ 12     │", "│ metal │ rawloop-metal │ Q8_0  │ 12     │"):
         assert arm in first.stdout, first.stdout
@@ -86,3 +87,4 @@ def test_orch_run_on_a_twin_deploys_the_model_and_runs_the_raw_loop(tmp_path: Pa
     assert all(isinstance(t["settle"]["before"]["battery_c"], float) for t in trials)
     assert {t["result"]["engine_version"].endswith("(emulated Metal on CPU)") for t in trials} == {True, False}
     assert one["model"] == two["model"] == f"models/{key}/{MODEL.name}"
+    assert one["chip_class"] == two["chip_class"] == "A18 Pro"

@@ -67,14 +67,14 @@ def _fmt(x: Any, spec: str) -> str:
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
 
 
-def verdict_table(verdicts: pd.DataFrame, manifest: Manifest) -> Table:
+def verdict_table(verdicts: pd.DataFrame, manifest: Manifest, chips: dict[str, str] | None = None) -> Table:
     rule = manifest.plan.decision
     table = Table(
         title=f"Verdicts ({rule.statistic}; alpha {rule.alpha}{family_words(manifest.plan)}, min effect "
         f"{rule.min_effect:.0%}, equivalence ±{rule.equivalence_margin:.0%}; rule {manifest.rule_digest})",
         title_justify="left",
     )
-    chips = {d.id: getattr(d, "chip_class", None) or d.kind for d in manifest.fleet.devices}
+    chips = chips or {d.id: getattr(d, "chip_class", None) or d.kind for d in manifest.fleet.devices}
     for col in ("device", "chip", "comparison", "n", "baseline tok/s", "candidate tok/s", "ratio [CI]", "p",
                 "σ", "MDE", "verdict"):
         table.add_column(col, justify="left" if col in ("device", "chip", "comparison", "verdict") else "right")

@@ -18,7 +18,7 @@ from orchestrator.analysis.audit import RULE, audit, prefill_view
 from orchestrator.analysis.summary import family_words, verdicts
 from orchestrator.config.candidates import CeilingTable
 from orchestrator.report import plots
-from orchestrator.results.records import Manifest, TrialRecord
+from orchestrator.results.records import Manifest, TrialRecord, device_chips
 from orchestrator.results.store import RunDir, stops, trial_rows
 
 
@@ -43,10 +43,7 @@ class Report:
     failures: pd.DataFrame
     nightly: NightlyView | None
     figures: dict[str, bytes] = field(default_factory=dict)  # name -> PNG
-
-    @property
-    def chips(self) -> dict[str, str]:
-        return {d.id: getattr(d, "chip_class", None) or d.kind for d in self.manifest.fleet.devices}
+    chips: dict[str, str] = field(default_factory=dict)  # device -> chip class (device_chips)
 
 
 def token_gates(manifest: Manifest, records: list[Any]) -> pd.DataFrame:
@@ -118,7 +115,7 @@ def collect(run: RunDir, ceilings: CeilingTable | None, history: Path | None = N
     report = Report(run=run, manifest=manifest, trials=trials, verdicts=table, stops=ended, audit=aud, prefill=pre,
                     gates=token_gates(manifest, records), reference_gates=_reference_gates(run, records),
                     failures=failures,
-                    nightly=_nightly(history, manifest))
+                    nightly=_nightly(history, manifest), chips=device_chips(manifest, records))
     arms = [a.name for a in manifest.plan.arms]
     if len(trials):
         if len(ok):

@@ -2,12 +2,13 @@
 
 Schema history:
 - 1: first version. Later additions, all optional to readers: `prepared` records (where a session's
-  model files landed, by sha256); the manifest's `model_sha256`.
+  model files landed, by sha256); the manifest's `model_sha256`; a `prepared` record's `chip_class`
+  (what the device said it is: an iPhone's from its ProductType).
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
@@ -83,6 +84,7 @@ class PreparedRecord(_Rec):
     files: list[Placed] = Field(default_factory=list)
     model: str = Field(description="The model as this session's specs name it (device-local path, or the plan's)")
     model_sha256: str | None = None
+    chip_class: str | None = Field(default=None, description="The device's own answer (info()), e.g. an iPhone's")
     wall: float
 
 
@@ -178,3 +180,10 @@ Record = Annotated[
     Field(discriminator="type"),
 ]
 RECORD = TypeAdapter(Record)
+
+
+def device_chips(manifest: Manifest, records: list[Any]) -> dict[str, str]:
+    """Each device's chip class for tables: what the device said at its last (re)start (an iPhone names
+    its chip only when asked), else the fleet's `chip_class`, else its kind."""
+    said = {r.device: r.chip_class for r in records if isinstance(r, PreparedRecord) and r.chip_class}
+    return {d.id: said.get(d.id) or getattr(d, "chip_class", None) or d.kind for d in manifest.fleet.devices}

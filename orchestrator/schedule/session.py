@@ -77,7 +77,7 @@ class Session:
 
     async def _run(self) -> tuple[StopReason, str]:
         try:
-            await self.device.info()
+            info = await self.device.info()
             report = await self.device.prepare(self.artifacts, progress=self._pushing)
         except DeviceUnavailable as exc:
             return "prepare_failed", f"{exc}" + (f" ({exc.fix})" if exc.fix else "")
@@ -88,7 +88,8 @@ class Session:
         self.model = placed or self.plan.model  # nothing deployed (a sim, a model already on the device): as written
         sha = next((f.sha256 for f in self.artifacts.files if f.name == wanted), None)
         self._emit(PreparedRecord(device=self.schedule.device, installed=report.installed, skipped=report.skipped,
-                                  files=report.files, model=self.model, model_sha256=sha, wall=self.clock.wall()))
+                                  files=report.files, model=self.model, model_sha256=sha,
+                                  chip_class=info.chip_class, wall=self.clock.wall()))
         if self.plan.probe and not self.state.probed:
             await self._probe()
         gate, failures_in_row = SettleGate(self.plan.settle, self.clock), 0
