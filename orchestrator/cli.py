@@ -19,6 +19,7 @@ from typer.core import TyperGroup
 
 from orchestrator import app as core
 from orchestrator.cli_analysis import register as register_analysis
+from orchestrator.cli_plan import register as register_plan
 from orchestrator.cli_runtimes import register as register_runtimes
 from orchestrator.cli_twin import register as register_twin
 from orchestrator.config import MAX_SEED, MIN_SEED
@@ -226,6 +227,7 @@ def agent() -> None:
 
 
 register_analysis(app)
+register_plan(app)
 register_runtimes(app)
 register_twin(app)
 

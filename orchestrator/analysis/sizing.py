@@ -30,7 +30,7 @@ from scipy.stats import norm
 from orchestrator.analysis.decision import ArmSample, InsufficientData, compare, standard_error
 from orchestrator.analysis.groupseq import Operating, operating
 from orchestrator.analysis.sequential import EQUIVALENCE_ALPHA, adaptive_looks
-from orchestrator.config.plan import MAX_BLOCKS, Plan
+from orchestrator.config.plan import MAX_BLOCKS, DecisionRule, Plan
 
 _ONE_SD = float(norm.sf(1.0))  # each tail of a +-1 SE interval
 
@@ -121,27 +121,27 @@ def size(plan: Plan, sigma: float, effect: float = 0.05) -> Sizing:
     )
 
 
-def noise_of(trials: pd.DataFrame, plan: Plan) -> dict[str, float]:
-    """Each device's launch noise as the plan's estimator sees it, from a run's trials.
+def noise_of(trials: pd.DataFrame, rule: DecisionRule, arms: tuple[str, str]) -> dict[str, float]:
+    """Each device's launch noise as ``rule``'s estimator sees it, from a run's trials.
 
-    The first two arms of each device are compared with the fixed rule; the half-width of the
-    estimator's +-1 SE interval, scaled back to one launch (``/ (f sqrt(2 / n))``), is the noise.
-    Devices whose arms share no block are left out.
+    The run's two ``arms`` are compared on each device; the half-width of the estimator's +-1 SE
+    interval, scaled back to one launch (``/ (f sqrt(2 / n))``), is the noise. Devices whose arms
+    share no block are left out.
     """
-    col = plan.decision.column()
+    col = rule.column()
     ok = trials[(trials["status"] == "ok") & trials[col].notna()]
-    first, second = plan.arms[0].name, plan.arms[1].name
+    first, second = arms
     out: dict[str, float] = {}
     for device in sorted(ok["device"].unique()):
         mine = ok[ok["device"] == device]
-        arms = [ArmSample(a, mine.loc[mine["arm"] == a, col].to_numpy(dtype=np.float64),
-                          mine.loc[mine["arm"] == a, "block"].to_numpy(dtype=np.int64)) for a in (first, second)]
+        samples = [ArmSample(a, mine.loc[mine["arm"] == a, col].to_numpy(dtype=np.float64),
+                             mine.loc[mine["arm"] == a, "block"].to_numpy(dtype=np.int64)) for a in (first, second)]
         try:
-            comp = compare(arms[0], arms[1], plan.decision, gamma=_ONE_SD)
+            comp = compare(samples[0], samples[1], rule, gamma=_ONE_SD)
         except InsufficientData:
             continue
         half = (math.log(comp.ci90_high) - math.log(comp.ci90_low)) / 2
         n = 2 / (1 / comp.n_baseline + 1 / comp.n_candidate)
         if math.isfinite(half) and half > 0:
-            out[device] = half / standard_error(1.0, n, plan.decision.estimator)
+            out[device] = half / standard_error(1.0, n, rule.estimator)
     return out

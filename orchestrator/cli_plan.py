@@ -1,0 +1,101 @@
+"""`orch plan size`: how many launches a plan needs, before the run. Parse, call analysis.sizing, print.
+
+Exit codes: 0 the plan reaches its answers, 1 it does not (too few blocks for equivalence), 2 bad input.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, NoReturn
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from orchestrator.analysis.sizing import Sizing, noise_of, size
+from orchestrator.config.loader import ConfigError, load_plan
+from orchestrator.config.plan import Plan
+
+out = Console(width=None if Console().is_terminal else 200)
+err = Console(stderr=True, width=None if Console().is_terminal else 200)
+
+plan_app = typer.Typer(no_args_is_help=True, help="Plans before they run.")
+
+
+def _bad_input(message: str) -> NoReturn:
+    err.print(message, markup=False, highlight=False, soft_wrap=True)
+    raise typer.Exit(2)
+
+
+@plan_app.command("size")
+def plan_size(
+    plan: Annotated[Path, typer.Argument(help="Plan file")],
+    sigma: Annotated[float | None, typer.Option(min=0.0001, max=0.9999,
+                                                help="Launch-to-launch noise: SD of log tok/s (0.06 = 6%)")] = None,
+    from_run: Annotated[str | None, typer.Option("--from", help="Read each device's noise from this run "
+                                                 "(an aa-calibration, say)")] = None,
+    results: Annotated[Path, typer.Option("--results", help="Where runs live")] = Path("results"),
+    effect: Annotated[float, typer.Option(min=0.001, max=0.99, help="The effect to size for (0.05 = 5%)")] = 0.05,
+) -> None:
+    """Launches per arm the plan needs for a difference of EFFECT and for equivalence, and what its rule does."""
+    if (sigma is None) == (from_run is None):
+        _bad_input("orch plan size needs --sigma S or --from RUN (one of them)")
+    try:
+        sized = load_plan(plan)
+    except ConfigError as exc:
+        _bad_input(str(exc))
+    noise = {"--sigma": sigma} if sigma is not None else _noise_from(results, from_run or "", sized)
+    rows = {who: size(sized, s, effect) for who, s in noise.items()}
+    out.print(_table(sized, rows, effect))
+    short = [who for who, s in rows.items()
+             if s.blocks_for_equivalence is None or s.blocks_for_equivalence > sized.blocks]
+    if short:
+        err.print(f"{', '.join(short)}: {sized.blocks} blocks are too few to show equivalence within "
+                  f"±{sized.decision.equivalence_margin:.0%} with probability {sized.decision.power:.0%}; "
+                  "see 'blocks needed'", markup=False, highlight=False, soft_wrap=True)
+        raise typer.Exit(1)
+
+
+def _noise_from(results: Path, run_id: str, plan: Plan) -> dict[str, float]:
+    from orchestrator.results.store import RunNotFound, RunUnreadable, find_run, load_trials
+
+    try:
+        run = find_run(results, run_id)
+        manifest = run.manifest()
+        trials = load_trials(run.path)
+    except (RunNotFound, RunUnreadable, OSError) as exc:
+        _bad_input(str(exc))
+    arms = manifest.plan.arms
+    noise = noise_of(trials, plan.decision, (arms[0].name, arms[1].name))
+    if not noise:
+        _bad_input(f"run {run_id}: no device has both of {arms[0].name!r} and {arms[1].name!r} in a block")
+    return noise
+
+
+def _table(plan: Plan, rows: dict[str, Sizing], effect: float) -> Table:
+    rule = plan.decision
+    cap = plan.launches_per_arm()
+    design = (f"adaptive: looks from {rule.adaptive.first_look} every {rule.adaptive.look_every} launches per arm, "
+              f"cap {cap}" if rule.adaptive else f"fixed: {cap} launches per arm")
+    table = Table(title=f"{plan.name}: {rule.estimator}, {design}; alpha {rule.alpha:g}, min effect "
+                        f"{rule.min_effect:.0%}, equivalence ±{rule.equivalence_margin:.0%}", title_justify="left")
+    for col in ("noise from", "σ", "no difference: equivalent / faster or slower / mean launches per arm",
+                f"{effect:+.0%}: faster / mean launches per arm", f"fixed design: launches for {effect:.0%} at "
+                f"{rule.power:.0%} power / for equivalence", f"blocks needed (plan: {plan.blocks})"):
+        table.add_column(col, justify="left" if col == "noise from" else "right")
+    for who, s in rows.items():
+        need = "not within 1000" if s.blocks_for_equivalence is None else str(s.blocks_for_equivalence)
+        table.add_row(who, f"{s.sigma:.2%}",
+                      f"{s.null.equivalent:.0%} / {s.null.faster + s.null.slower:.1%} / {s.null.mean_launches:.0f}",
+                      f"{s.alternative.faster:.0%} / {s.alternative.mean_launches:.0f}",
+                      f"{s.fixed_for_effect} / {s.fixed_for_equivalence}", need)
+    table.caption = ("Normal theory at the estimator's efficiency (median sqrt(pi/2), Hodges-Lehmann sqrt(pi/3)); "
+                     "launches per arm are means over runs. Blocks needed: the fewest with P(equivalent) >= "
+                     f"{rule.power:.0%} when there is no difference.")
+    return table
+
+
+def register(app: typer.Typer) -> None:
+    """Add `orch plan` to `orch` (idempotent)."""
+    if not any(g.name == "plan" for g in app.registered_groups):
+        app.add_typer(plan_app, name="plan")
