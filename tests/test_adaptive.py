@@ -165,6 +165,26 @@ def test_no_gap_with_little_noise_is_answered_equivalent_before_the_cap() -> Non
     assert comp is not None and comp.verdict == "equivalent" and comp.n_baseline < 120
 
 
+def test_a_session_that_ended_at_an_interim_look_keeps_that_looks_answer() -> None:
+    """The data ends exactly at an interim look that answered: the verdict is that look's (its levels),
+    never a final analysis at the same data spending what is left."""
+    arms = abba_session(np.random.default_rng(2), 60, gap=0.0, sigma=0.01)
+    (full,) = replay(arms, [("base", "cand")], RULE, 120)
+    assert full is not None and not full.reason.startswith("final")
+    n = full.n_baseline
+    cut = {a: Timed(ArmSample(a, t.sample.values[:n], t.sample.blocks[:n]), t.seq[:n]) for a, t in arms.items()}
+    (again,) = replay(cut, [("base", "cand")], RULE, 120)
+    assert again == full
+
+
+def test_a_session_short_of_its_cap_gets_a_final_analysis_there() -> None:
+    arms = abba_session(np.random.default_rng(3), 10, gap=0.0, sigma=0.2)
+    cut = {a: Timed(ArmSample(a, t.sample.values[:18], t.sample.blocks[:18]), t.seq[:18]) for a, t in arms.items()}
+    (comp,) = replay(cut, [("base", "cand")], RULE, 120)
+    assert comp is not None and comp.reason.startswith("final analysis (18 launches per arm)")
+    assert comp.alpha > adaptive_looks(RULE, 120)[0].alpha  # what was left to spend
+
+
 def test_a_gap_inside_the_noise_runs_to_the_final_analysis() -> None:
     arms = abba_session(np.random.default_rng(3), 10, gap=0.0, sigma=0.2)
     (comp,) = replay(arms, [("base", "cand")], RULE, 20)

@@ -74,6 +74,8 @@ def test_an_aa_run_through_orch_run_ends_equivalent(tmp_path: Path) -> None:
     verdicts = pd.read_csv(run.verdicts_path)
     assert list(verdicts["verdict"]) == ["equivalent", "equivalent"], verdicts[["device", "reason"]]
     assert (verdicts["n_baseline"] < 120).all()
+    # the verdict is the answer of the interim look where the session stopped, at that look's levels
+    assert verdicts["reason"].str.match(r"look \d+ of up to 27 \(\d+ launches per arm\): ").all(), verdicts["reason"]
     stops = {r.device: r.reason for r in run.records() if isinstance(r, SessionStopped)}
     assert stops == {"iphone17pro": "decided", "mac-m4": "decided"}
     last = {r.device: r for r in run.records() if isinstance(r, LookRecord)}

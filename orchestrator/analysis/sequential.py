@@ -199,10 +199,10 @@ def replay(arms: dict[str, Timed], pairs: list[tuple[str, str]], rule: DecisionR
     counts = np.stack([np.searchsorted(np.sort(arms[a].seq), seqs, side="right") for a in names])
     least = counts.min(axis=0) if seqs.size else np.empty(0, np.int64)
     n_final = int(least[-1]) if least.size else 0
-    looks = adaptive_looks(rule, cap, family=len(pairs), final_n=max(n_final, 1) if n_final < cap else None)
+    planned = adaptive_looks(rule, cap, family=len(pairs))
     verdicts: list[Comparison | None] = [None] * len(pairs)
     answered = [False] * len(pairs)
-    for at in looks[:-1]:
+    for at in planned[:-1]:  # the interim looks the session took, at their planned boundaries
         hit = np.flatnonzero(least >= at.n_per_arm)
         if not hit.size:
             break
@@ -215,8 +215,10 @@ def replay(arms: dict[str, Timed], pairs: list[tuple[str, str]], rule: DecisionR
                 verdicts[i], answered[i] = comp, True
         if all(answered):
             return verdicts
+    # the final analysis: at the cap, or where the session ended (then it spends what is left there)
+    final = planned[-1] if n_final >= cap else adaptive_looks(rule, cap, family=len(pairs), final_n=max(n_final, 1))[-1]
     todo = [i for i in range(len(pairs)) if not answered[i]]
-    comps = decide_at([(arms[pairs[i][0]].sample, arms[pairs[i][1]].sample) for i in todo], rule, looks[-1], seed=seed)
+    comps = decide_at([(arms[pairs[i][0]].sample, arms[pairs[i][1]].sample) for i in todo], rule, final, seed=seed)
     for i, comp in zip(todo, comps, strict=True):
         verdicts[i] = comp
     return verdicts
