@@ -85,8 +85,12 @@ class _Constructor(RoundTripConstructor):
             raise ConstructorError(problem=f"cannot read this value: {why}", problem_mark=node.start_mark) from None
 
 
-def _deepest(text: str) -> tuple[int, int]:
-    """(line, depth) of the most deeply nested collection; YAML's parser does not recurse, its composer does."""
+MAX_DEPTH = 64  # a fleet or plan nests a handful of levels; far deeper is not one (and is slow to compose)
+
+
+def _deepest(text: str, stop: int | None = None) -> tuple[int, int]:
+    """(line, depth) of the most deeply nested collection (the first past `stop`, if given); YAML's
+    parser does not recurse, its composer does."""
     depth, deepest, line = 0, 0, 1
     try:
         for event in YAML(typ="rt").parse(text):
@@ -94,6 +98,8 @@ def _deepest(text: str) -> tuple[int, int]:
                 depth += 1
                 if depth > deepest:
                     deepest, line = depth, event.start_mark.line + 1
+                    if stop is not None and deepest > stop:
+                        break
             elif isinstance(event, CollectionEndEvent):
                 depth -= 1
     except Exception:  # a syntax error after the deep part: what was seen up to it
@@ -123,6 +129,9 @@ def read_yaml(path: Path) -> Any:
     except UnicodeDecodeError as exc:
         line = raw.count(b"\n", 0, exc.start) + 1
         raise fail(line, f"not UTF-8: byte 0x{raw[exc.start]:02x} ({exc.reason})") from None
+    line, depth = _deepest(text, stop=MAX_DEPTH)
+    if depth > MAX_DEPTH:
+        raise fail(line, f"YAML: nested too deeply (more than {MAX_DEPTH} levels)")
     yaml = YAML(typ="rt")
     yaml.Constructor = _Constructor
     try:
