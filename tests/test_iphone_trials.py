@@ -1,11 +1,12 @@
 """Trials on a fake phone: every fault comes back as a typed TrialFailure, and nothing leaves Documents/.
 
 Moved to the twin (tests/test_twin_trials.py): a stale result, a crash report written after the
-death, a jetsam kill; crash, hang, locked and a pulled cable also run there (test_twin_backend.py).
+death, a jetsam kill, a hang, a missing disk image; locked moved to test_twin_backend.py, where a
+crash and a pulled cable run too.
 Still here: faults the twin does not produce on demand (a result that is garbage or a directory, a
 lost termination notice, a refused service, a tunnel that cannot open, a crash report with a
 backtrace, DVT calls counted while a trial runs), and tests not moved yet although the twin could
-serve them (spec push and clean-up, hang, unplug, locked, disk image, telemetry, engine apps)."""
+serve them (spec push and clean-up, unplug and reconnect, telemetry, engine apps)."""
 
 from __future__ import annotations
 
@@ -68,18 +69,6 @@ def test_crash_reads_the_crash_report(tmp_path: Path, capfd: Any) -> None:
     assert "terminated with exit code" not in capfd.readouterr().err, "the termination notice is data, not noise"
 
 
-def test_hang_is_killed_within_its_timeout(tmp_path: Path) -> None:
-    async def body(device: Any, phone: FakePhone, _c: Any) -> None:
-        phone.modes[HARNESS] = "hang"
-        loop = asyncio.get_running_loop()
-        start = loop.time()
-        failure = await device.run_trial(spec(), 0.3)
-        assert isinstance(failure, TrialFailure) and failure.kind == "hung", failure
-        assert 0.3 <= loop.time() - start < 2.0
-        assert phone.signals and phone.signals[-1][1] == 9 and not phone.running
-
-    on_phone(tmp_path, body)
-
 
 def test_garbage_result_is_bad_output(tmp_path: Path) -> None:
     async def body(device: Any, phone: FakePhone, _c: Any) -> None:
@@ -117,25 +106,6 @@ def test_unplugged_mid_trial_is_disconnected_and_the_next_call_reconnects(tmp_pa
 
     on_phone(tmp_path, body)
 
-
-def test_launch_refused_when_locked_names_the_fix(tmp_path: Path) -> None:
-    async def body(device: Any, phone: FakePhone, _c: Any) -> None:
-        phone.locked = True
-        failure = await device.run_trial(spec(), 30)
-        assert isinstance(failure, TrialFailure) and failure.kind == "launch_failed", failure
-        assert failure.detail and "unlock" in failure.detail
-
-    on_phone(tmp_path, body)
-
-
-def test_missing_disk_image_is_launch_failed_with_the_fix(tmp_path: Path) -> None:
-    async def body(device: Any, phone: FakePhone, _c: Any) -> None:
-        phone.ddi_mounted = False
-        failure = await device.run_trial(spec(), 30)
-        assert isinstance(failure, TrialFailure) and failure.kind == "launch_failed", failure
-        assert failure.detail and "mounter auto-mount" in failure.detail
-
-    on_phone(tmp_path, body)
 
 
 def test_unsafe_ids_never_become_paths(tmp_path: Path) -> None:
