@@ -110,7 +110,7 @@ def test_the_device_contract_holds_on_the_twin_running_the_real_harness(tmp_path
         asyncio.run(body(_device(twin, ipa)))
 
 
-def test_a_cable_pulled_mid_trial_is_a_disconnect_and_health_says_so(tmp_path: Path) -> None:
+def test_a_cable_pulled_mid_trial_is_a_disconnect_until_replugged(tmp_path: Path) -> None:
     ipa = app_ipa(tmp_path, minimum_os="16.0")
 
     async def body(device: IphoneDevice, twin: Any) -> None:
@@ -121,15 +121,19 @@ def test_a_cable_pulled_mid_trial_is_a_disconnect_and_health_says_so(tmp_path: P
         await asyncio.to_thread(twin.unplug)
         failure = await trial
         assert isinstance(failure, TrialFailure) and failure.kind == "disconnected", failure
+        assert twin.call(lambda p: p.processes.by_bundle(BUNDLE)) is not None, "the app keeps running on the phone"
+        again = await device.run_trial(contract_spec("rawloop-cpu", "m.gguf", "twin-0006"), 30)
+        assert isinstance(again, TrialFailure) and again.kind == "disconnected", again  # still unplugged: typed
         health = await device.health()
         assert health.state == "not_connected", health
         await asyncio.to_thread(twin.replug)
         assert (await device.health()).state == "ok"
+        after = await device.run_trial(contract_spec("rawloop-cpu", "m.gguf", "twin-0007"), 30)  # reconnected
+        assert isinstance(after, TrialResult) and after.trial_id == "twin-0007", after
         await device.close()
 
     with running_twin(tmp_path, ios="18.2") as twin:
         asyncio.run(body(_device(twin, ipa), twin))
-        assert twin.phone.processes.by_bundle(BUNDLE) is not None, "the app keeps running on the phone"
 
 
 @pytest.mark.parametrize(("signing", "prefer_documents", "granted"), [
