@@ -76,7 +76,12 @@ class IphoneDeviceConfig(Strict):
     connect_timeout_s: Timeout = 20.0
     call_timeout_s: Timeout = Field(default=30.0, description="Any one device call")
     install_timeout_s: Timeout = 900.0
-    poll_s: PollInterval = Field(default=0.5, description="Result/process poll interval during a trial")
+    poll_s: PollInterval = Field(
+        default=5.0, description="During a trial, one isRunningPid check this often (the sentinel and DVT's "
+        "termination notice end the wait at once; nothing polls the phone's disk)")
+    crash_report_wait_s: Wait = Field(
+        default=10.0, le=300, description="After a death by signal, how long to look for its crash or memory-kill "
+        "report (ReportCrash writes it a moment later)")
 
     @model_validator(mode="after")
     def _apps(self) -> IphoneDeviceConfig:

@@ -318,7 +318,7 @@ def make_device(phone: FakePhone, tmp_path: Path, **over: Any) -> tuple[Any, Fak
 
     fields: dict[str, Any] = {
         "id": "phone", "kind": "iphone", "udid": phone.udid, "ipa": str(make_ipa(tmp_path / "harness.ipa", HARNESS)),
-        "poll_s": 0.01, "call_timeout_s": 5.0,
+        "poll_s": 0.01, "call_timeout_s": 5.0, "crash_report_wait_s": 2.0,
     }
     fields.update(over)
     connector = FakeConnector(phone)

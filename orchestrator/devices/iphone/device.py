@@ -51,7 +51,6 @@ if TYPE_CHECKING:
     from pymobiledevice3.lockdown_service_provider import LockdownServiceProvider
 
 PROBE_TIMEOUT_S = 30.0
-CRASH_REPORT_WAIT_S = 10.0  # ReportCrash writes the .ips a moment after the death; memory kills take longest
 
 
 class IphoneDevice(Device):
@@ -385,7 +384,8 @@ class IphoneDevice(Device):
                 process = str(app.get("CFBundleExecutable") or bundle.rsplit(".", 1)[-1])
             died = outcome.signal or outcome.exit_code is None  # killed: a report is likely on its way
             crash = await latest_crash(lockdown, process, started, self.cfg.call_timeout_s, self._crashes_seen,
-                                       wait_s=CRASH_REPORT_WAIT_S if died else 0.0, sleep=self.clock.sleep)
+                                       wait_s=self.cfg.crash_report_wait_s if died else 0.0,
+                                       sleep=self.clock.sleep)
         how = (f"signal {outcome.signal}" if outcome.signal else
                f"exit code {outcome.exit_code}" if outcome.exit_code is not None else "unknown status")
         message = f"app exited ({how}) without writing a result"
