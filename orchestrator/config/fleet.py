@@ -70,7 +70,8 @@ class IphoneDeviceConfig(Strict):
     engine_apps: dict[str, str] = Field(
         default_factory=dict, description="engine -> bundle id of the app that runs it; default the harness app"
     )
-    documents_only: bool = Field(default=False, description="house_arrest VendDocuments instead of VendContainer")
+    documents_only: bool = Field(default=False, description="house_arrest mode tried first: VendDocuments instead "
+                                 "of VendContainer (the other is tried once if the phone refuses; remembered per app)")
     thermal_probe: bool = Field(default=False, description="telemetry launches the app with --probe thermal")
     thermal_max_age_s: Wait = Field(default=120.0, description="Use the last result's thermal state this long")
     connect_timeout_s: Timeout = 20.0
