@@ -177,3 +177,23 @@ def test_house_arrest_mode_is_learnt_per_app(tmp_path: Path, monkeypatch: Any, s
     # the preference first; refused at most once (the first time), the granted way every time after
     assert vends[0] == prefer_documents and len(vends) > 4, vends
     assert vends.count(not granted) == int(prefer_documents != granted) and vends[1:] == [granted] * (len(vends) - 1)
+
+
+@pytest.mark.skipif(not harness_has_app(), reason="no harness build with `harness app` (swift build in ios_harness)")
+def test_the_thermal_probe_is_answered_by_the_real_app(tmp_path: Path) -> None:
+    """`thermal_probe: true` launches the app with `--probe thermal`; the real app (not a double) answers
+    with the state the phone gives it, at once (it used to ignore the option: each reading waited 30 s)."""
+    ipa = make_ipa(tmp_path / "harness.ipa", HARNESS, BUNDLE, minimum_os="16.0")
+
+    async def body(device: IphoneDevice, twin: Any) -> None:
+        await device.prepare(Artifacts())
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        reading = await device.telemetry()
+        assert loop.time() - start < 15, "answered, not timed out"
+        assert reading.thermal_state == "nominal" and reading.low_power is True, reading
+        probes = [argv for bundle, argv in twin.call(lambda p: p.processes.launches) if "--probe" in argv]
+        assert probes and probes[-1][probes[-1].index("--probe") + 1] == "thermal"
+
+    with running_twin(tmp_path, ios="16.7", low_power=True) as twin:
+        asyncio.run(body(_device(twin, ipa, thermal_probe=True, thermal_max_age_s=0), twin))
