@@ -1,6 +1,23 @@
-"""The pre-committed A/B decision rule: ratio of medians, within-block permutation p, verdict.
+"""The pre-committed A/B decision rule: the shift estimate, its p and interval, the verdict.
 
-All statistics are on log tok/s of trial1. For one pair of arms (baseline, candidate):
+All statistics are on log tok/s of trial1. ``rule.estimator`` picks the statistic:
+
+* ``hodges_lehmann`` (the default): each paired block gives ``d_k = mean(log c) - mean(log b)``;
+  the ratio is ``exp`` of the median of the Walsh averages ``(d_i + d_j) / 2``; ``p_value`` is the
+  exact Wilcoxon signed-rank test of the ``d_k`` (normal approximation beyond 400 blocks or with
+  ties) and the CIs invert it (order statistics of the Walsh averages; ``ci_method`` and
+  ``resamples`` are not used). Valid because arms are exchangeable within a block, so each ``d_k``
+  is symmetric about the shift; nothing is resampled. It keeps ~95% of the mean's efficiency under
+  normal noise and discounts throttled launches: on the simulator's noise (6%, AR(1) 0.3, drift,
+  3% of launches 25% slower) its standard error at 120 launches per arm is 0.87% against the
+  median's 1.08% (the median also pays for the session's drift). Its p cannot go below
+  ``2 / 2**K`` with K blocks: 6 blocks reach 0.031, 8 blocks 0.0078.
+* ``median``: the ratio of the (log-scale) medians with the within-block permutation test below.
+
+An adaptive design (``rule.adaptive``, the default) calls :func:`compare` at each look with that
+look's nominal levels (``alpha`` for the difference, ``gamma`` per side for equivalence); see
+:mod:`orchestrator.analysis.sequential` for the looks and the calibration. For the median, one pair
+of arms (baseline, candidate):
 
 * Only *paired blocks* are analysed: blocks holding at least one value of each arm. A block where
   one arm is missing (every trial of that arm failed) cannot be permuted and would unbalance the
@@ -28,9 +45,9 @@ All statistics are on log tok/s of trial1. For one pair of arms (baseline, candi
   In simulation under the notes' noise model (40/arm) the bootstrap covers 92-94% for a nominal
   90% and 96-97% for 95%.
 
-* Verdict: ``faster``/``slower`` if ``p < alpha`` and ``|ratio - 1| >= min_effect`` (direction from
-  the ratio); else ``equivalent`` if the 90% CI lies inside ``[1 - margin, 1 + margin]``; else
-  ``inconclusive``.
+* Verdict (either estimator): ``faster``/``slower`` if ``p < alpha`` and ``|ratio - 1| >= min_effect``
+  (direction from the ratio); else ``equivalent`` if the ``1 - 2 gamma`` CI (90% in a fixed design)
+  lies inside ``[1 - margin, 1 + margin]``; else ``inconclusive`` (at an interim look: continue).
 * More than two arms (``rule.multiplicity == "holm"``): a device's pairs are one family of ``m``
   tests, and ``p`` above is Holm's step-down adjusted p (``in_family``), so the chance of any false
   ``faster``/``slower`` in the family stays <= alpha; the MDE is then stated at Holm's strictest

@@ -1,4 +1,49 @@
-"""Group-sequential looks with futility stops (``DecisionRule.sequential``).
+"""Sequential looks: the adaptive design (``DecisionRule.adaptive``, the default) and the older
+group-sequential looks with futility stops (``DecisionRule.sequential``).
+
+The adaptive design looks until the comparison has its answer
+------------------------------------------------------------------
+Interim looks at ``first_look`` (16) and every ``look_every`` (4) launches per arm; the plan's
+launches per arm (``blocks``, default 60 ABBA blocks = 120) are the cap, where the final analysis
+spends what is left (also when a session ends short of it: the last analysis is the final one).
+At each look, with the rule's estimator (Hodges-Lehmann by default):
+
+* ``faster``/``slower``: the two-sided p is below the look's nominal level and ``|ratio - 1| >=
+  min_effect``. The levels come from Lan-DeMets alpha spending of ``rule.alpha`` over the
+  information fraction ``n / cap``, Pocock-type (``alpha ln(1 + (e - 1) t)``: early looks can stop
+  a real gap) by default;
+* ``equivalent``: the interval at the look's equivalence level lies inside ``+-margin``: the two
+  one-sided tests of the TOST, each spending 5% over the looks, O'Brien-Fleming-type by default
+  (equivalence needs information, so little is spent early and the final interval is near 90%);
+* otherwise continue; at the final analysis ``inconclusive``.
+
+The two families of boundaries are computed each on its own (non-binding): stopping for one can
+only lower the other's error, so P(faster or slower | no difference) <= alpha and P(equivalent |
+|true ratio - 1| = margin) <= 5% per side. Boundaries: :mod:`orchestrator.analysis.groupseq`
+(recursive integration, as gsDesign/rpact do in R; no maintained Python library computes
+equivalence boundaries at observed information). More than two arms: Bonferroni, each pair at
+``alpha / m``; the session stops when every pair answers at one look, and each pair's verdict is
+its first answer.
+
+The session takes the interim looks as launches arrive (``Session._look``); the verdict table
+(:func:`replay`) takes the same looks on the trials in the order they ran, so the table says what
+the session saw.
+
+Calibration (bench/bench_adaptive.py through run_sessions on simulated A19-class phones: 6% noise,
+AR(1) 0.3, -2%/h drift, 3% throttled outliers; 1000 phones a figure, the same phones for each
+design): no difference: faster or slower 5.4% (Wilson 95%: 4.2-7.0%), equivalent 86.8% after 86.3
+launches per arm on average (cap 120); a true 5% gap: faster 99.7% after 38.7 launches per arm on
+average. The fixed 40-per-arm median rule it replaces: 5.7% / 20.4% equivalent / 89.4% faster. The
+same adaptive design on the median: 5.8% / 77.9% after 92.8 / 100% after 31.9 (the median is
+sharper early, Hodges-Lehmann far sharper late, where equivalence is decided). `orch plan size`
+predicted 83.8 launches under no difference from the runs' own noise (78.1 from the nominal 6%).
+The false-positive excess over 5% is the schedule's: ABBA blocks repeat, so the last launch of a
+block and the first of the next are the same arm, and AR(1) noise correlates neighbouring blocks'
+differences (+~3%), which the signed-rank (and permutation) tests assume away; alternating ABBA
+and BAAB blocks turns it negative (notes' noise model, 3000 sessions: 5.6% -> 4.4%, equivalence 88% -> 89%).
+
+The older ``sequential`` looks
+------------------------------
 
 At look ``i`` (``rule.sequential.looks[i]`` launches per arm done) the pair is compared with
 ``alpha = alpha_per_look``. The action is, in this order:
