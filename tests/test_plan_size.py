@@ -86,3 +86,12 @@ def test_orch_plan_size_from_a_run(tmp_path: Path) -> None:
     assert "mac-m4" in res.output
     missing = runner.invoke(app, ["plan", "size", str(AA), "--from", "nope", "--results", str(tmp_path / "r")])
     assert missing.exit_code == 2
+
+
+def test_more_than_two_arms_size_each_pair_at_alpha_over_the_pairs() -> None:
+    arms = [{"name": f"a{i}", "runtime": "coreai"} for i in range(3)]
+    plan = plan_with(order="williams", blocks=60, arms=arms, decision={"adaptive": None})
+    z = norm.isf(0.05 / 3 / 2) + norm.isf(0.2)
+    assert fixed_launches_for_effect(plan, 0.06, 0.05) == math.ceil(2 * math.pi / 3 * (0.06 * z / math.log(1.05)) ** 2)
+    null = plan_operating(plan, 0.06, 0.0)
+    assert null.faster + null.slower == pytest.approx(0.05 / 3, abs=2e-3)

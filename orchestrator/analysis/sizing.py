@@ -50,14 +50,23 @@ class Sizing:
     blocks_for_equivalence: int | None  # the smallest blocks (cap) giving P(equivalent | none) >= rule.power
 
 
+def _pair_alpha(plan: Plan) -> float:
+    """Each pair's alpha: the rule's, over the number of pairs when more than two arms share it (Holm's
+    strictest level, as the MDE states it; Bonferroni in an adaptive design)."""
+    family = len(plan.arms) * (len(plan.arms) - 1) // 2
+    return plan.decision.alpha / family if family > 1 and plan.decision.multiplicity == "holm" else plan.decision.alpha
+
+
 def fixed_launches_for_effect(plan: Plan, sigma: float, effect: float) -> int:
+    """Launches per arm for a fixed design to detect ``effect`` at ``rule.power`` (each pair's alpha)."""
     rule = plan.decision
-    z = norm.isf(rule.alpha / 2) + norm.isf(1 - rule.power)
+    z = norm.isf(_pair_alpha(plan) / 2) + norm.isf(1 - rule.power)
     se_needed = abs(math.log1p(effect)) / z
     return _launches(plan, sigma, se_needed)
 
 
 def fixed_launches_for_equivalence(plan: Plan, sigma: float) -> int:
+    """Launches per arm for a fixed design to show equivalence under no difference with ``rule.power``."""
     rule = plan.decision
     z = norm.isf(EQUIVALENCE_ALPHA) + norm.isf((1 - rule.power) / 2)
     margin = min(-math.log1p(-rule.equivalence_margin), math.log1p(rule.equivalence_margin))
@@ -82,8 +91,8 @@ def plan_operating(plan: Plan, sigma: float, effect: float, *, blocks: int | Non
         eff = tuple(lk.efficacy_z for lk in looks)
         eqv: tuple[float, ...] = tuple(lk.equivalence_z for lk in looks)
     else:
-        a = rule.alpha / family if family > 1 and rule.multiplicity == "holm" else rule.alpha
-        ns, eff, eqv = (float(cap),), (float(norm.isf(a / 2)),), (float(norm.isf(EQUIVALENCE_ALPHA)),)
+        ns, eff = (float(cap),), (float(norm.isf(_pair_alpha(plan) / 2)),)
+        eqv = (float(norm.isf(EQUIVALENCE_ALPHA)),)
     se = tuple(standard_error(sigma, n, rule.estimator) for n in ns)
     return operating(math.log1p(effect), ns, se, eff, eqv, min_effect=rule.min_effect,
                      margin=rule.equivalence_margin)
