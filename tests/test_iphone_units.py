@@ -13,7 +13,14 @@ from orchestrator.config.fleet import IphoneDeviceConfig
 from orchestrator.devices.base import DeviceUnavailable
 from orchestrator.devices.iphone import chips, connect
 from orchestrator.devices.iphone.errors import DeviceTimeout, call, classify
-from orchestrator.devices.iphone.paths import UnsafeName, check_bundle_id, documents, result_place, spec_place
+from orchestrator.devices.iphone.paths import (
+    UnsafeName,
+    check_bundle_id,
+    check_id,
+    documents,
+    result_place,
+    spec_place,
+)
 
 FAMILY_OF_CLASS = {"A11 Bionic": "A11", "A12 Bionic": "A12", "A13 Bionic": "A13", "A14 Bionic": "A14",
                    "A15 Bionic": "A15", "A16 Bionic": "A16", "A17 Pro": "A17", "A18": "A18", "A18 Pro": "A18",
@@ -262,3 +269,10 @@ def test_a_jetsam_report_is_attributed_only_to_the_process_it_killed() -> None:
     assert jetsam_reason(raw, "SpringBoard") is None  # listed, not killed
     assert jetsam_reason(raw, "Other") is None
     assert jetsam_reason(b"not a report", "HarnessApp") is None
+
+
+@pytest.mark.parametrize("value", ["id\n", "dev.orch.harness\n"])
+def test_a_trailing_newline_is_not_part_of_a_safe_name(value: str) -> None:
+    """`$` in a regex also matches before a final newline: names are matched whole."""
+    with pytest.raises(UnsafeName):
+        check_id(value) if "." not in value else check_bundle_id(value)

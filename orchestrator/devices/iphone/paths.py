@@ -30,14 +30,14 @@ class UnsafeName(ValueError):
 
 def check_id(value: str, what: str = "id") -> str:
     """A trial/run id usable as one file name: ``[A-Za-z0-9_][A-Za-z0-9_.-]*``, at most 128 chars."""
-    if not isinstance(value, str) or len(value) > MAX_ID or not _SAFE_ID.match(value):
+    if not isinstance(value, str) or len(value) > MAX_ID or not _SAFE_ID.fullmatch(value):
         raise UnsafeName(f"{what} {value!r} is not a safe file name")
     return value
 
 
 def check_bundle_id(value: str) -> str:
     """A reverse-DNS bundle id: dot-separated ``[A-Za-z0-9-]`` labels, no slashes, no ``..``."""
-    if not isinstance(value, str) or len(value) > 255 or not _BUNDLE_ID.match(value):
+    if not isinstance(value, str) or len(value) > 255 or not _BUNDLE_ID.fullmatch(value):
         raise UnsafeName(f"bundle id {value!r} is not a reverse-DNS identifier")
     return value
 
