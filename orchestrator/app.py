@@ -240,7 +240,7 @@ async def execute(run: RunDir, *, observe: Observer = lambda d, r: None) -> RunO
     be written (JournalWriteError) stops every session at once, the journal whole up to that point."""
     with run.lock():
         manifest = run.manifest()
-        records = run.records()
+        records = run.read(manifest).records
         states = resume_state(manifest, records)
         artifacts = _artifacts(manifest)
         journal = Journal(run.journal_path)
@@ -295,7 +295,8 @@ def derive(run: RunDir) -> RunOutcome:
 def _derive(run: RunDir, *, save: bool, why: str | None = None) -> RunOutcome:
     """The tables from the journal; the token gates are recomputed only when the journal has changed
     since they were written."""
-    manifest, reading = run.manifest(), run.read()
+    manifest = run.manifest()
+    reading = run.read(manifest)
     records = reading.records
     warnings = reading.warnings(run.journal_path) + ([why] if why else [])
     if reading.skipped:

@@ -8,6 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from conftest import AA, SIM_LAB
+from test_config import PLAN  # a plan whose line 6 is the next line
 from typer.testing import CliRunner
 
 from orchestrator.cli import app
@@ -19,13 +20,6 @@ from orchestrator.results.store import RunDir
 
 runner = CliRunner()
 
-PLAN = """\
-name: p
-model: m
-arms:
-  - {name: a, runtime: coreai}
-  - {name: b, runtime: rawloop-metal}
-"""  # line 6 is the next line
 
 
 @pytest.mark.parametrize(("text", "line", "wanted"), [

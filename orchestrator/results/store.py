@@ -101,12 +101,13 @@ class RunDir:
         except OSError as exc:
             raise RunUnreadable(f"{self.manifest_path}: {exc.strerror}") from None
 
-    def read(self) -> Reading:
-        """The journal's records that belong to this run's manifest, and the lines skipped (with why)."""
+    def read(self, manifest: Manifest | None = None) -> Reading:
+        """The journal's records that belong to this run's manifest (read here unless given), and the
+        lines skipped (with why)."""
         if not self.journal_path.exists():
             return Reading()
         try:
-            return read_records(self.journal_path, _belongs(self.manifest()))
+            return read_records(self.journal_path, _belongs(manifest or self.manifest()))
         except OSError as exc:
             raise RunUnreadable(f"{self.journal_path}: {exc.strerror}") from None
 
