@@ -50,10 +50,10 @@ demo-twin: $(STAMP)
 	@if [ ! -x $(HARNESS)/.build/release/harness ]; then \
 	  if [ -x "$(SWIFT)" ]; then (cd $(HARNESS) && $(SWIFT) build -c release) || exit 1; \
 	  else echo "swift not found: skipping the phone twin demo"; exit 0; fi; fi; \
-	$(BIN)/orch twin make-ipa $(HARNESS)/.build/release/harness --out $(TWIN_IPA) --minimum-os 16.0 >/dev/null && \
+	$(BIN)/orch twin make-ipa $(HARNESS)/.build/release/harness --out $(TWIN_IPA) --minimum-os 18.0 >/dev/null && \
 	$(BIN)/orch validate configs/demo-fleet.yaml configs/plans/demo-twin.yaml && \
 	echo "phone twin (an emulated iPhone running this machine's harness, not a phone):" && \
-	$(BIN)/orch twin serve --ephemeral --ios 16.7 -- \
+	$(BIN)/orch twin serve --ephemeral --ios 18.2 -- \
 	  $(BIN)/orch run --fleet configs/demo-fleet.yaml --plan configs/plans/demo-twin.yaml --results $(DEMO_RESULTS)
 
 # Competitor runtimes, each in its own environment under ~/.cache/orch/runtimes (skipped when there).

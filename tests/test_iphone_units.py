@@ -207,11 +207,18 @@ def test_connector_through_tunneld(monkeypatch: pytest.MonkeyPatch) -> None:
     assert exc.value.state == "tunnel_unavailable" and "no tunnel for 00008140-000A" in str(exc.value)
 
 
-def test_tunneld_addresses() -> None:
+def test_tunneld_addresses(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TUNNELD_ADDRESS", raising=False)
     assert connect.parse_address(None) == ("127.0.0.1", 49151)
     assert connect.parse_address("[::1]:49151") == ("::1", 49151)
     with pytest.raises(ValueError):
         connect.parse_address("localhost")
+    monkeypatch.setenv("TUNNELD_ADDRESS", "127.0.0.1:5000")  # what `orch twin serve -- CMD` exports
+    assert connect.parse_address(None) == ("127.0.0.1", 5000)
+    assert connect.parse_address("10.0.0.2:49151") == ("10.0.0.2", 49151), "the fleet's address wins"
+    monkeypatch.setenv("TUNNELD_ADDRESS", "nonsense")
+    with pytest.raises(ValueError, match=r"\$TUNNELD_ADDRESS"):
+        connect.parse_address(None)
 
 
 def _connector(**over: Any) -> connect.UsbConnector:

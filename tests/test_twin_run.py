@@ -18,8 +18,8 @@ from twin_support import BUNDLE, HARNESS, MODEL, ORCH, harness_has_app, running_
 from orchestrator.twin import make_ipa
 
 
-def _orch_run(tmp_path: Path, fleet: Path, plan: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "HOME": str(tmp_path / "home"), "COLUMNS": "200"}
+def _orch_run(tmp_path: Path, fleet: Path, plan: Path, **env_over: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "HOME": str(tmp_path / "home"), "COLUMNS": "200", **env_over}
     return subprocess.run([str(ORCH), "run", "--fleet", str(fleet), "--plan", str(plan), "--results",
                            str(tmp_path / "results")], env=env, capture_output=True, text=True, timeout=300,
                           check=False)
@@ -63,7 +63,11 @@ def test_orch_run_on_a_twin_deploys_the_model_and_runs_the_raw_loop(tmp_path: Pa
             settle: {{flat_window_s: 0.5, flat_tolerance_c: 5, min_gap_s: 0, poll_s: 0.1, timeout_s: 60}}
             """))
         first = _orch_run(tmp_path, fleet, plan)
-        second = _orch_run(tmp_path, fleet, plan)
+        # the second run names no address: both come from the environment, as `orch twin serve -- CMD` sets it
+        bare = tmp_path / "bare-fleet.yaml"
+        bare.write_text("\n".join(line for line in fleet.read_text().splitlines() if "_address:" not in line))
+        second = _orch_run(tmp_path, bare, plan, USBMUXD_SOCKET_ADDRESS=twin.address,
+                           TUNNELD_ADDRESS=twin.tunneld_address)
         launches = [argv for bundle, argv in twin.phone.processes.launches if bundle == BUNDLE]
         documents = twin.phone.apps.container(twin.phone.apps.get(BUNDLE)) / "Documents"
         models = sorted(p.relative_to(documents).as_posix() for p in (documents / "models").rglob("*") if p.is_file())

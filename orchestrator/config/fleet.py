@@ -61,7 +61,9 @@ class IphoneDeviceConfig(Strict):
     tunnel: Literal["userspace", "tunneld"] = Field(
         default="userspace", description="iOS 17+ developer services: in-process userspace tunnel, or a root tunneld"
     )
-    tunneld_address: str | None = Field(default=None, description="host:port of tunneld; default 127.0.0.1:49151")
+    tunneld_address: str | None = Field(
+        default=None, description="host:port of tunneld; default $TUNNELD_ADDRESS, else 127.0.0.1:49151"
+    )
     usbmux_address: str | None = Field(default=None, description="usbmuxd socket; default the system's")
     bundle_id: str = Field(default="dev.orch.harness", pattern=BUNDLE_ID, max_length=255)
     process_name: Name = Field(default="HarnessApp", description="Executable name, for crash reports")

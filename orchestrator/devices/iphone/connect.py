@@ -9,6 +9,7 @@ until `reset` (after an error) or `close`. Nothing here calls ``asyncio.run``.
 from __future__ import annotations
 
 import contextlib
+import os
 from typing import TYPE_CHECKING, Any, Protocol
 
 from packaging.version import Version
@@ -21,6 +22,9 @@ if TYPE_CHECKING:
     from pymobiledevice3.lockdown_service_provider import LockdownServiceProvider
 
 TUNNELD_DEFAULT = ("127.0.0.1", 49151)
+# Where a fleet entry names no tunneld address: this variable (what `orch twin serve` exports for the
+# command it runs), else pymobiledevice3's default port on loopback.
+TUNNELD_ENV = "TUNNELD_ADDRESS"
 
 # pmd-pytcp's stack is a process-global singleton: one userspace tunnel per process. The udid that
 # holds it, so a second phone gets a clear "use tunneld" instead of a failure deep in the stack.
@@ -46,11 +50,16 @@ def developer_needs_tunnel(product_version: str) -> bool:
 
 
 def parse_address(text: str | None) -> tuple[str, int]:
+    """tunneld's host and port: ``text`` (the fleet's ``tunneld_address``), else $TUNNELD_ADDRESS,
+    else 127.0.0.1:49151."""
+    source = "tunneld_address"
+    if not text:
+        text, source = os.environ.get(TUNNELD_ENV), f"${TUNNELD_ENV}"
     if not text:
         return TUNNELD_DEFAULT
     host, sep, port = text.rpartition(":")
     if not sep or not port.isdigit():
-        raise ValueError(f"tunneld_address {text!r} is not host:port")
+        raise ValueError(f"{source} {text!r} is not host:port")
     return host.strip("[]"), int(port)
 
 
