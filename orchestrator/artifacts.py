@@ -12,7 +12,8 @@ What each kind of device gets:
 - a host: the model and the files beside it that any arm's runtime reads (`DriverAdapter.beside`),
   those that exist (one that is missing fails that arm's trials with its own message, as before);
   a local host reads them where they are, an SSH host gets a copy.
-- an iPhone: the model alone (the harness app reads one GGUF).
+- an iPhone: the model alone (the harness app reads one GGUF), into the Documents of each app that
+  runs one of the plan's runtimes (the harness app; an `engine_apps` app as well where an arm runs it).
 - a sim: nothing (the model is a label in its ground truth).
 With `model_location: device` the plan's `model` is already on every device: nothing is pushed.
 """
@@ -105,7 +106,8 @@ def artifacts_for(plan: Plan, fleet: Fleet) -> dict[str, Artifacts]:
     if not deploys(plan, fleet):
         return {}
     host = host_files(plan)
-    phone = Artifacts(files=host.files[:1], model=host.model)
+    engines = list(dict.fromkeys(arm.runtime for arm in plan.arms))
+    phone = Artifacts(files=host.files[:1], model=host.model, engines=engines)
     out: dict[str, Artifacts] = {}
     for d in fleet.devices:
         if plan.devices is not None and d.id not in plan.devices:

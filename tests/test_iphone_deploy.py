@@ -38,7 +38,6 @@ def test_pushed_once_into_documents_then_skipped_and_the_app_reads_it_there(tmp_
 
     async def main() -> None:
         phone = FakePhone()
-        phone.models_required = True  # the app opens spec.model, a relative path under its Documents
         device, _ = make_device(phone, tmp_path)
         seen: list[tuple[str, int, int]] = []
         first = await device.prepare(wanted, progress=lambda *a: seen.append(a))

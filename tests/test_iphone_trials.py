@@ -3,10 +3,11 @@
 Moved to the twin (tests/test_twin_trials.py): a stale result, a crash report written after the
 death, a jetsam kill, a hang, a missing disk image; locked and unplugged (typed while unplugged,
 reconnected after) moved to test_twin_backend.py, where a crash runs too.
+Spec push and clean-up, telemetry and engine apps moved to tests/test_twin_engine_apps.py.
 Still here: faults the twin does not produce on demand (a result that is garbage or a directory, a
 lost termination notice, a refused service, a tunnel that cannot open, a crash report with a
-backtrace, DVT calls counted while a trial runs), and tests not moved yet although the twin could
-serve them (spec push and clean-up, telemetry, engine apps)."""
+backtrace, DVT calls counted while a trial runs, the app crashing while it answers a thermal probe).
+The fake app opens its model as the real one does: relative to Documents, where `on_phone` puts one."""
 
 from __future__ import annotations
 
@@ -21,9 +22,11 @@ from orchestrator.devices.base import Artifacts, TrialFailure
 from orchestrator.devices.contract import contract_spec
 from orchestrator.protocol import TrialResult, TrialSpec
 
+MODEL = "models/tiny.gguf"  # relative to Documents, as prepare's push names it
+
 
 def spec(trial_id: str = "phone-0001", **over: Any) -> TrialSpec:
-    return contract_spec("rawloop-metal", "/models/tiny.gguf", trial_id, **over)
+    return contract_spec("rawloop-metal", MODEL, trial_id, **over)
 
 
 def on_phone(tmp_path: Path, body: Callable[[Any, FakePhone, Any], Awaitable[None]], **cfg: Any) -> FakePhone:
@@ -32,6 +35,7 @@ def on_phone(tmp_path: Path, body: Callable[[Any, FakePhone, Any], Awaitable[Non
     async def main() -> None:
         device, connector = make_device(phone, tmp_path, **cfg)
         await device.prepare(Artifacts())
+        phone.containers[HARNESS].write(f"/Documents/{MODEL}", b"GGUF")
         try:
             await body(device, phone, connector)
         finally:
@@ -39,19 +43,6 @@ def on_phone(tmp_path: Path, body: Callable[[Any, FakePhone, Any], Awaitable[Non
 
     asyncio.run(main())
     return phone
-
-
-def test_a_trial_pushes_the_spec_launches_with_relative_paths_and_cleans_up(tmp_path: Path) -> None:
-    async def body(device: Any, phone: FakePhone, _c: Any) -> None:
-        result = await device.run_trial(spec(), 30)
-        assert isinstance(result, TrialResult) and result.trial_id == "phone-0001"
-        assert phone.launches[-1] == (HARNESS, ["--spec", "specs/phone-0001.json", "--out", "results/phone-0001.json"])
-        files = phone.containers[HARNESS].files
-        assert "/Documents/specs/phone-0001.json" not in files and "/Documents/results/phone-0001.json" not in files
-
-    phone = on_phone(tmp_path, body)
-    assert all(p == "/Documents" or p.startswith("/Documents/") for p in phone.containers[HARNESS].seen)
-
 
 
 def test_crash_reads_the_crash_report(tmp_path: Path, capfd: Any) -> None:
@@ -67,7 +58,6 @@ def test_crash_reads_the_crash_report(tmp_path: Path, capfd: Any) -> None:
 
     on_phone(tmp_path, body)
     assert "terminated with exit code" not in capfd.readouterr().err, "the termination notice is data, not noise"
-
 
 
 def test_garbage_result_is_bad_output(tmp_path: Path) -> None:
@@ -93,7 +83,6 @@ def test_a_result_that_is_a_directory_is_bad_output(tmp_path: Path) -> None:
     on_phone(tmp_path, body)
 
 
-
 def test_unsafe_ids_never_become_paths(tmp_path: Path) -> None:
     async def body(device: Any, phone: FakePhone, _c: Any) -> None:
         for bad in ("../../Library/x", "a/b", ".hidden", ""):
@@ -108,46 +97,6 @@ def test_unsafe_ids_never_become_paths(tmp_path: Path) -> None:
     assert all(p == "/Documents" or p.startswith("/Documents/") for p in phone.containers[HARNESS].seen)
 
 
-def test_engine_apps_route_a_trial_to_another_app(tmp_path: Path) -> None:
-    from iphone_fakes import make_ipa
-
-    other = "com.example.competitor"
-    ipa = make_ipa(tmp_path / "c.ipa", other, process="Competitor")
-
-    async def body(device: Any, phone: FakePhone, _c: Any) -> None:
-        phone.engines.add("litert")
-        result = await device.run_trial(contract_spec("litert", "/m", "phone-0001"), 30)
-        assert isinstance(result, TrialResult) and phone.launches[-1][0] == other
-
-    on_phone(tmp_path, body, competitor_apps={other: str(ipa)}, engine_apps={"litert": other})
-
-
-def test_telemetry_battery_and_thermal(tmp_path: Path) -> None:
-    async def body(device: Any, phone: FakePhone, _c: Any) -> None:
-        first = await device.telemetry()
-        assert (first.battery_c, first.charging, first.thermal_state) == (30.5, False, None)
-        assert first.unavailable == ["thermal_state", "low_power"]
-        phone.thermal = "fair"
-        await device.run_trial(spec(), 30)
-        after = await device.telemetry()
-        assert after.thermal_state == "fair" and "thermal_state" not in after.unavailable
-        phone.battery["Temperature"] = 91234  # not hundredths of a degree: refused, not guessed
-        phone.battery.pop("IsCharging")
-        odd = await device.telemetry()
-        assert odd.battery_c is None and {"battery_c", "charging"} <= set(odd.unavailable)
-
-    on_phone(tmp_path, body)
-
-
-def test_thermal_from_a_result_goes_stale(tmp_path: Path) -> None:
-    async def body(device: Any, phone: FakePhone, _c: Any) -> None:
-        await device.run_trial(spec(), 30)
-        reading = await device.telemetry()
-        assert reading.thermal_state is None and "thermal_state" in reading.unavailable
-
-    on_phone(tmp_path, body, thermal_max_age_s=0)
-
-
 def test_thermal_probe_launch(tmp_path: Path) -> None:
     async def body(device: Any, phone: FakePhone, _c: Any) -> None:
         phone.thermal = "serious"
@@ -159,21 +108,6 @@ def test_thermal_probe_launch(tmp_path: Path) -> None:
         assert broken.thermal_state is None and "thermal_state" in broken.unavailable
 
     on_phone(tmp_path, body, thermal_probe=True)
-
-
-def test_a_competitor_apps_crash_is_found_under_its_own_name(tmp_path: Path) -> None:
-    from iphone_fakes import make_ipa
-
-    other = "com.example.competitor"
-    ipa = make_ipa(tmp_path / "c.ipa", other, process="Competitor")
-
-    async def body(device: Any, phone: FakePhone, _c: Any) -> None:
-        phone.modes[other] = "crash"
-        failure = await device.run_trial(contract_spec("litert", "/m", "phone-0001"), 30)
-        assert isinstance(failure, TrialFailure) and failure.kind == "crashed"
-        assert failure.detail and failure.detail.startswith("Competitor-")
-
-    on_phone(tmp_path, body, competitor_apps={other: str(ipa)}, engine_apps={"litert": other})
 
 
 def test_a_tunnel_that_cannot_open_is_launch_failed_with_its_fix(tmp_path: Path) -> None:

@@ -101,6 +101,7 @@ class Placed(_Record):
     sha256: str
     bytes_sent: int = Field(ge=0, description="0 when the device held it (through an agent: both legs, summed)")
     seconds: float = Field(default=0.0, ge=0)
+    app: str | None = Field(default=None, description="iPhones: the bundle id whose Documents holds it")
 
 
 class PrepareReport(_Record):
@@ -120,6 +121,9 @@ class Artifacts(_Record):
     extra: dict[str, str] = Field(default_factory=dict)
     files: list[ArtifactFile] = Field(default_factory=list)
     model: str | None = Field(default=None, description="Which of `files` is the plan's model (its name)")
+    engines: list[str] = Field(
+        default_factory=list, description="The runtimes the run's arms launch: on an iPhone, the files go to the "
+        "Documents of every app that runs one of them (the harness app when none is named)")
 
 
 HealthState = Literal[

@@ -53,7 +53,6 @@ class FakePhone:
                                         "CurrentCapacity": 80}
         self.thermal = "nominal"
         self.engines = {"rawloop-metal", "rawloop-cpu"}
-        self.models_required = False  # True: the app opens spec.model (relative: under Documents) as the real one does
         self.per_token_s = 1e-4
         self.apps: dict[str, dict[str, Any]] = {}
         self.modes: dict[str, str] = {}
@@ -208,8 +207,8 @@ class FakePhone:
             "engine_version": "fake-1", "harness_build": "fake-build", "model": spec["model"],
             "prompt_tokens": spec["prompt_tokens"], "chunk_width": spec["chunk_width"],
         }
-        if self.models_required and (fs is None or spec["model"].startswith("/") or
-                                     fs.read("/Documents/" + spec["model"]) is None):
+        # as the real app (HarnessCore's AppLaunch): the model is relative to Documents and must be there
+        if fs is None or spec["model"].startswith("/") or fs.read("/Documents/" + spec["model"]) is None:
             return json.dumps({**base, "status": "error", "error": {
                 "kind": "model_not_found", "message": f"no model at {spec['model']}"}}).encode()
         if spec["engine"] not in self.engines:

@@ -168,7 +168,7 @@ class IphoneDevice(Device):
         except Exception as exc:
             raise await self._guard(exc, "install") from exc
         try:
-            files = await self._place(lockdown, artifacts.files, progress)
+            files = await self._place(lockdown, artifacts, progress)
         except (DeviceUnavailable, UnsafeName, OSError, BadPush) as exc:
             if isinstance(exc, DeviceUnavailable):
                 raise
@@ -177,16 +177,27 @@ class IphoneDevice(Device):
             raise await self._guard(exc, "push the model") from exc
         return report.model_copy(update={"files": files})
 
+    def _apps_for(self, engines: list[str]) -> list[str]:
+        """The apps whose Documents the run's files go to: each that runs one of ``engines``."""
+        apps = [self.cfg.engine_apps.get(e, self.cfg.bundle_id) for e in engines] or [self.cfg.bundle_id]
+        return [check_bundle_id(b) for b in dict.fromkeys(apps)]
+
     async def _place(
-        self, lockdown: LockdownServiceProvider, files: list[ArtifactFile], progress: Progress | None
+        self, lockdown: LockdownServiceProvider, artifacts: Artifacts, progress: Progress | None
     ) -> list[Placed]:
-        """Each file into the harness app's Documents (``Documents/<name>``) over AFC unless its marker
+        placed: list[Placed] = []
+        if artifacts.files:
+            for bundle in self._apps_for(artifacts.engines):
+                placed += await self._place_in(lockdown, bundle, artifacts.files, progress)
+        return placed
+
+    async def _place_in(
+        self, lockdown: LockdownServiceProvider, bundle: str, files: list[ArtifactFile], progress: Progress | None
+    ) -> list[Placed]:
+        """Each file into ``bundle``'s Documents (``Documents/<name>``) over AFC unless its marker
         (``<name>.sha256``) and size say it is there; refused up front when the phone lacks the room."""
-        if not files:
-            return []
-        cfg = self.cfg
-        async with Container(lockdown, cfg.bundle_id, documents_only=self._vend,
-                             timeout=cfg.call_timeout_s) as box:
+        async with Container(lockdown, bundle, documents_only=self._vend,
+                             timeout=self.cfg.call_timeout_s) as box:
             todo: list[ArtifactFile] = []
             for f in files:
                 try:
@@ -197,19 +208,19 @@ class IphoneDevice(Device):
                 if not held or await box.size(artifact_place(f.name)) != f.size:
                     todo.append(f)
             if todo and (free := await box.free_bytes()) is not None:  # a phone that does not say is tried
-                check_room(self.id, "Documents/models", sum(f.size for f in todo), free)
+                check_room(self.id, f"{bundle}'s Documents/models", sum(f.size for f in todo), free)
             placed: list[Placed] = []
             for f in files:
                 place = artifact_place(f.name)
                 if f not in todo:
-                    placed.append(Placed(name=f.name, path=place.app, sha256=f.sha256, bytes_sent=0))
+                    placed.append(Placed(name=f.name, path=place.app, sha256=f.sha256, bytes_sent=0, app=bundle))
                     continue
                 t0 = self.clock.now()
                 await box.remove(artifact_place(f.name, MARKER))
                 await box.push(Path(f.source), place, f.sha256, Throttle(progress, f.name, f.size))
                 await box.write(artifact_place(f.name, MARKER), f"{f.sha256}\n".encode())
                 placed.append(Placed(name=f.name, path=place.app, sha256=f.sha256, bytes_sent=f.size,
-                                     seconds=round(self.clock.now() - t0, 3)))
+                                     seconds=round(self.clock.now() - t0, 3), app=bundle))
         return placed
 
     def _wanted(self, artifacts: Artifacts) -> list[inst.Wanted]:
