@@ -18,7 +18,15 @@ from pathlib import Path
 import pandas as pd
 
 from orchestrator.analysis.summary import verdicts
-from orchestrator.artifacts import artifacts_for, deploys, model_file, model_problem, sha256_file
+from orchestrator.artifacts import (
+    artifacts_for,
+    deploys,
+    model_file,
+    model_problem,
+    sha256_file,
+    tuning_file,
+    tuning_problem,
+)
 from orchestrator.config.fleet import Fleet, HostDeviceConfig, IphoneDeviceConfig
 from orchestrator.config.loader import ConfigError, Problem, key_line, load_fleet, load_plan
 from orchestrator.config.plan import Plan
@@ -64,11 +72,11 @@ def load_inputs(fleet_path: Path, plan_path: Path) -> tuple[Fleet, Plan]:
         raise ConfigError(problems)
     fleet, plan = loaded["fleet"], loaded["plan"]
     assert isinstance(fleet, Fleet) and isinstance(plan, Plan)
-    _cross_check(fleet, plan, fleet_path, plan_path)
+    cross_check(fleet, plan, fleet_path, plan_path)
     return fleet, plan
 
 
-def _cross_check(fleet: Fleet, plan: Plan, fleet_path: Path, plan_path: Path) -> None:
+def cross_check(fleet: Fleet, plan: Plan, fleet_path: Path, plan_path: Path) -> None:
     problems: list[Problem] = []
 
     def at(path: Path, field: str, message: str, *loc: int | str) -> None:
@@ -99,6 +107,9 @@ def _cross_check(fleet: Fleet, plan: Plan, fleet_path: Path, plan_path: Path) ->
                    f"no ground truth for runtime {arm.runtime!r} (plan arm {arm.name!r})", "devices", i, "runtimes")
     if (why := model_problem(plan, fleet)) is not None:
         at(plan_path, "model", why, "model")
+    for i, arm in enumerate(plan.arms):
+        if (why := tuning_problem(arm)) is not None:
+            at(plan_path, f"arms[{i}].tuning_table", why, "arms", i, "tuning_table")
     for k, name in enumerate(plan.trial.clear_caches):
         known = [clearable(arm.runtime) for arm in plan.arms]
         if all(caches is not None and name not in caches for caches in known):
@@ -193,6 +204,7 @@ def new_manifest(fleet: Fleet, plan: Plan, fleet_path: Path, plan_path: Path, se
         fleet=fleet, fleet_file=str(fleet_path), seed=seed,
         sessions=[session_plan(plan, d, seed) for d in devices], versions=_versions(),
         model_sha256=sha256_file(model_file(plan)) if deploys(plan, fleet) else None,
+        tuning_sha256={arm.name: sha256_file(path) for arm in plan.arms if (path := tuning_file(arm)) is not None},
     )
 
 
@@ -260,23 +272,38 @@ async def execute(run: RunDir, *, observe: Observer = lambda d, r: None) -> RunO
 
 
 def _artifacts(manifest: Manifest) -> dict[str, Artifacts]:
-    """What each device's prepare puts on it; a resumed run must find the model it started with."""
+    """What each device's prepare puts on it; a resumed run must find the model and tables it started with."""
     plan, fleet = manifest.plan, manifest.fleet
-    if not deploys(plan, fleet):
-        return {}
     where = Path(manifest.plan_file)
-    problem = model_problem(plan, fleet)
-    if problem is None and manifest.model_sha256 and sha256_file(model_file(plan)) != manifest.model_sha256:
-        problem = (f"{model_file(plan)} changed since run {manifest.run_id} started (sha256 "
-                   f"{manifest.model_sha256[:16]}... then, {sha256_file(model_file(plan))[:16]}... now): put the "
-                   "model it started with back, or start a new run")
-    if problem is not None:
-        try:
-            line = key_line(where, "model")
-        except (ConfigError, OSError):  # the plan file moved or changed since: the manifest still names it
-            line = 0
-        raise ConfigError([Problem(str(where), line, "model", problem)])
+    problems: list[tuple[str, tuple[str | int, ...], str]] = []
+
+    def changed(path: Path, then: str) -> str:
+        return (f"{path} changed since run {manifest.run_id} started (sha256 {then[:16]}... then, "
+                f"{sha256_file(path)[:16]}... now): put the one it started with back, or start a new run")
+
+    if deploys(plan, fleet):
+        problem = model_problem(plan, fleet)
+        if problem is None and manifest.model_sha256 and sha256_file(model_file(plan)) != manifest.model_sha256:
+            problem = changed(model_file(plan), manifest.model_sha256)
+        if problem is not None:
+            problems.append(("model", ("model",), problem))
+    for i, arm in enumerate(plan.arms):
+        path, then = tuning_file(arm), manifest.tuning_sha256.get(arm.name)
+        problem = tuning_problem(arm)
+        if problem is None and path is not None and then and sha256_file(path) != then:
+            problem = changed(path, then)
+        if problem is not None:
+            problems.append((f"arms[{i}].tuning_table", ("arms", i, "tuning_table"), problem))
+    if problems:
+        raise ConfigError([Problem(str(where), _line(where, *loc), field, why) for field, loc, why in problems])
     return artifacts_for(plan, fleet)
+
+
+def _line(path: Path, *loc: str | int) -> int:
+    try:
+        return key_line(path, *loc)
+    except (ConfigError, OSError):  # the plan file moved or changed since: the manifest still names it
+        return 0
 
 
 def derive(run: RunDir) -> RunOutcome:

@@ -16,6 +16,11 @@ What each kind of device gets:
   runs one of the plan's runtimes (the harness app; an `engine_apps` app as well where an arm runs it).
 - a sim: nothing (the model is a label in its ground truth).
 With `model_location: device` the plan's `model` is already on every device: nothing is pushed.
+
+An arm's `tuning_table` (a harness tuning table on the controller, as `orch export-tuning` writes it)
+goes to hosts and iPhones beside the model, as ``tuning/<sha256[:16] of the table>/<file>``; the
+spec names it (`tuning_table`) and the harness loads it as it loads `--tuning`. It is deployed
+whatever `model_location` says; sims take nothing.
 """
 
 from __future__ import annotations
@@ -26,9 +31,10 @@ import re
 from pathlib import Path
 
 from orchestrator.config.fleet import Fleet, HostDeviceConfig, IphoneDeviceConfig
-from orchestrator.config.plan import Plan
+from orchestrator.config.plan import Arm, Plan
 from orchestrator.config.sim import SimDeviceConfig
 from orchestrator.devices.base import ArtifactFile, Artifacts
+from orchestrator.protocol import HarnessTuningTable
 
 PLAIN_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]{0,127}$")
 _HASHED: dict[tuple[str, int, int], str] = {}  # (path, size, mtime_ns) -> sha256: each file hashed once per process
@@ -52,10 +58,40 @@ def model_file(plan: Plan) -> Path:
     return Path(os.path.expanduser(plan.model)).absolute()
 
 
+def _real_devices(plan: Plan, fleet: Fleet) -> bool:
+    chosen = [d for d in fleet.devices if plan.devices is None or d.id in plan.devices]
+    return any(not isinstance(d, SimDeviceConfig) for d in chosen)
+
+
 def deploys(plan: Plan, fleet: Fleet) -> bool:
     """Whether the run puts the model on devices: it lives on the controller and a real device runs."""
-    return plan.model_location == "controller" and any(
-        not isinstance(d, SimDeviceConfig) for d in fleet.devices if plan.devices is None or d.id in plan.devices)
+    return plan.model_location == "controller" and _real_devices(plan, fleet)
+
+
+def tuning_file(arm: Arm) -> Path | None:
+    """The arm's tuning table on the controller, absolute (None when it names none)."""
+    return None if arm.tuning_table is None else Path(os.path.expanduser(arm.tuning_table)).absolute()
+
+
+def tuning_problem(arm: Arm) -> str | None:
+    """Why the arm's tuning table cannot be deployed (None when it can, or it names none)."""
+    path = tuning_file(arm)
+    if path is None:
+        return None
+    if not arm.runtime.startswith("rawloop-"):
+        return f"only the harness's engines (rawloop-*) read a tuning table; {arm.runtime!r} does not"
+    if not path.is_file():
+        return f"no tuning table {path} on this machine (`orch export-tuning RUN --out FILE` writes one)"
+    if not PLAIN_NAME.match(path.name):
+        return f"the tuning table's file name {path.name!r} is not plain (letters, digits, _ . + -): rename the file"
+    try:
+        table = HarnessTuningTable.model_validate_json(path.read_bytes())
+    except (OSError, ValueError) as exc:
+        first = str(exc).splitlines()[0]
+        return f"{path} is not a harness tuning table ({{\"engine\", \"device\", \"params\"}}): {first}"
+    if table.engine != arm.runtime:
+        return f"{path} is a table for {table.engine!r}; the arm runs {arm.runtime!r}"
+    return None
 
 
 def model_problem(plan: Plan, fleet: Fleet) -> str | None:
@@ -101,13 +137,29 @@ def host_files(plan: Plan) -> Artifacts:
     return Artifacts(files=files, model=files[0].name)
 
 
+def tuning_files(plan: Plan) -> tuple[list[ArtifactFile], dict[str, str]]:
+    """The arms' tuning tables (each once) and, per arm, the name of its own."""
+    files: dict[str, ArtifactFile] = {}
+    by_arm: dict[str, str] = {}
+    for arm in plan.arms:
+        path = tuning_file(arm)
+        if path is not None:
+            f = _file(path, f"tuning/{sha256_file(path)[:16]}")
+            files.setdefault(f.name, f)
+            by_arm[arm.name] = f.name
+    return list(files.values()), by_arm
+
+
 def artifacts_for(plan: Plan, fleet: Fleet) -> dict[str, Artifacts]:
     """What prepare puts on each of the run's devices (devices that need nothing are left out)."""
-    if not deploys(plan, fleet):
+    tables, by_arm = tuning_files(plan)
+    if not _real_devices(plan, fleet) or not (deploys(plan, fleet) or tables):
         return {}
-    host = host_files(plan)
+    host = host_files(plan) if deploys(plan, fleet) else Artifacts()
     engines = list(dict.fromkeys(arm.runtime for arm in plan.arms))
-    phone = Artifacts(files=host.files[:1], model=host.model, engines=engines)
+    host = host.model_copy(update={"files": [*host.files, *tables], "tuning": by_arm})
+    phone = Artifacts(files=[*host.files[:1 if host.model else 0], *tables], model=host.model, engines=engines,
+                      tuning=by_arm)
     out: dict[str, Artifacts] = {}
     for d in fleet.devices:
         if plan.devices is not None and d.id not in plan.devices:
@@ -119,4 +171,5 @@ def artifacts_for(plan: Plan, fleet: Fleet) -> dict[str, Artifacts]:
     return out
 
 
-__all__ = ["artifacts_for", "beside", "deploys", "host_files", "model_file", "model_problem", "sha256_file"]
+__all__ = ["artifacts_for", "beside", "deploys", "host_files", "model_file", "model_problem", "sha256_file",
+           "tuning_file", "tuning_files", "tuning_problem"]

@@ -143,8 +143,11 @@ def show(run_id: str, results: Results = Path("results")) -> None:
 
 @app.command()
 def validate(files: Annotated[list[Path], typer.Argument(help="Fleet and plan files")]) -> None:
-    """Check fleet and plan files; every problem as FILE:LINE: field: message."""
+    """Check fleet and plan files; every problem as FILE:LINE: field: message. With one fleet, each plan
+    is also checked against it (runtimes per device, the model and tuning tables on this machine)."""
     bad = False
+    fleets: list[tuple[Path, Fleet]] = []
+    plans: list[tuple[Path, Plan]] = []
     for path in files:
         try:
             model = load_any(path)
@@ -152,8 +155,19 @@ def validate(files: Annotated[list[Path], typer.Argument(help="Fleet and plan fi
             err.print(str(exc), markup=False, highlight=False, soft_wrap=True)
             bad = True
             continue
-        what = f"fleet, {len(model.devices)} devices" if isinstance(model, Fleet) else f"plan, {len(model.arms)} arms"
-        out.print(f"{path}: ok ({what})", highlight=False)
+        if isinstance(model, Fleet):
+            fleets.append((path, model))
+            out.print(f"{path}: ok (fleet, {len(model.devices)} devices)", highlight=False)
+        else:
+            plans.append((path, model))
+            out.print(f"{path}: ok (plan, {len(model.arms)} arms)", highlight=False)
+    if len(fleets) == 1:
+        for plan_path, plan in plans:
+            try:
+                core.cross_check(fleets[0][1], plan, fleets[0][0], plan_path)
+            except ConfigError as exc:
+                err.print(str(exc), markup=False, highlight=False, soft_wrap=True)
+                bad = True
     if bad:
         raise typer.Exit(2)
 

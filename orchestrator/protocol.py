@@ -29,6 +29,16 @@ class _Strict(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
+class HarnessTuningTable(BaseModel):
+    """What `harness run --tuning FILE` (or a spec's `tuning_table`) loads: the Swift `TuningTable`
+    (ios_harness/Sources/HarnessCore/Tuning.swift), unknown keys refused; `orch export-tuning` writes it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    engine: str
+    device: str | None = None
+    params: dict[str, TuningValue]
+
+
 class TrialSpec(_Strict):
     """One fresh launch of one engine: everything the harness needs, nothing it must guess."""
 
@@ -47,6 +57,8 @@ class TrialSpec(_Strict):
     threads: int | None = Field(default=None, ge=1)
     build: str | None = Field(default=None, description="Harness/engine build the plan expects")
     tuning: dict[str, TuningValue] = Field(default_factory=dict)
+    tuning_table: str | None = Field(default=None, description="A tuning table file as the device sees it (what "
+                                     "`--tuning` names); `tuning` overrides its params")
     clear_caches: list[str] = Field(default_factory=list)
 
     @model_validator(mode="after")

@@ -224,7 +224,10 @@ def test_a_connection_dropped_mid_push_is_a_typed_refusal_and_the_next_prepare_c
 def test_orch_run_over_ssh_specs_name_the_hosts_copy(sshd: Sshd, tmp_path: Path, harness: Path, t1: Path) -> None:
     controller = tmp_path / "controller"
     shutil.copytree(t1, controller)
-    f, p = write_inputs(tmp_path, lab(sshd, tmp_path, harness), plan(controller / "model-Q8_0.gguf"))
+    table = controller / "rawloop-cpu.json"  # a tuning table for arm t2, deployed beside the model
+    table.write_text(json.dumps({"engine": "rawloop-cpu", "params": {"kv_cache": "f32"}}))
+    arms = [RAW[0], {**RAW[1], "tuning_table": str(table)}]
+    f, p = write_inputs(tmp_path, lab(sshd, tmp_path, harness), plan(controller / "model-Q8_0.gguf", arms))
     code, out = invoke("run", "--fleet", str(f), "--plan", str(p), "--results", str(tmp_path / "r"))
     assert code == 0, out
     run = only_run(tmp_path / "r")
@@ -234,9 +237,16 @@ def test_orch_run_over_ssh_specs_name_the_hosts_copy(sshd: Sshd, tmp_path: Path,
     (prepared,) = [r for r in run.records() if isinstance(r, PreparedRecord)]
     assert prepared.model == str(deployed) and prepared.model_sha256 == sha
     assert [(x.name.rsplit("/")[-1], x.bytes_sent) for x in prepared.files] == [
-        ("model-Q8_0.gguf", deployed.stat().st_size)], "the harness engines read the GGUF alone"
-    results = [r.result for r in run.records() if isinstance(r, TrialRecord)]
+        ("model-Q8_0.gguf", deployed.stat().st_size), ("rawloop-cpu.json", table.stat().st_size)
+    ], "the harness engines read the GGUF alone (and the arm's tuning table)"
+    placed = tmp_path / "cache" / "tuning" / sha256_file(table)[:16] / "rawloop-cpu.json"
+    assert prepared.tuning == {"t2": str(placed)} and placed.read_bytes() == table.read_bytes()
+    assert run.manifest().tuning_sha256 == {"t2": sha256_file(table)}
+    trials = [r for r in run.records() if isinstance(r, TrialRecord)]
+    results = [r.result for r in trials]
     assert len(results) == 24 and all(r is not None and r.model == str(deployed) for r in results)
+    tuned = {r.arm: json.dumps(r.result.tuning) for r in trials if r.result is not None}
+    assert tuned == {"t1": "{}", "t2": '{"kv_cache": "f32"}'}, "the harness loaded the host's copy of the table"
 
     # Resumed with a different model under the same name: refused, the run untouched.
     (controller / "model-Q8_0.gguf").write_bytes((t1 / "model-Q4_0.gguf").read_bytes())
@@ -263,6 +273,30 @@ def test_a_missing_model_is_a_located_error_and_a_device_path_is_used_as_written
     (prepared,) = [r for r in run.records() if isinstance(r, PreparedRecord)]
     assert prepared.files == [] and prepared.model == MODEL and run.manifest().model_sha256 is None
     assert {r.result.model for r in run.records() if isinstance(r, TrialRecord) and r.result} == {MODEL}
+
+
+def test_a_tuning_table_that_cannot_be_deployed_is_a_located_error(tmp_path: Path, harness: Path) -> None:
+    here = Fleet.model_validate({"devices": [{"id": "box", "kind": "host", "harness": str(harness),
+                                              "workdir": str(tmp_path / "work")}]})
+    metal = tmp_path / "metal.json"
+    metal.write_text(json.dumps({"engine": "rawloop-metal", "params": {}}))
+    junk = tmp_path / "junk.json"
+    junk.write_text('{"engine": "rawloop-cpu", "params": {}, "tiles": 3}')
+    cases = [
+        (tmp_path / "none.json", "no tuning table"),
+        (metal, "is a table for 'rawloop-metal'; the arm runs 'rawloop-cpu'"),
+        (junk, "is not a harness tuning table"),
+    ]
+    for table, why in cases:
+        arms = [RAW[0], {**RAW[1], "tuning_table": str(table)}]
+        f, p = write_inputs(tmp_path, here, plan(MODEL, arms, model_location="device"))
+        code, out = invoke("validate", str(f), str(p))
+        said = " ".join(out.split())
+        assert code == 2 and "arms[1].tuning_table: " in said and why in said, out
+    arms = [RAW[0], {"name": "llama", "runtime": "llamacpp", "tuning_table": str(metal)}]
+    f, p = write_inputs(tmp_path, here, plan(MODEL, arms, model_location="device"))
+    code, out = invoke("validate", str(f), str(p))
+    assert code == 2 and "only the harness's engines (rawloop-*) read a tuning table" in " ".join(out.split()), out
 
 
 def test_a_local_host_reads_the_controllers_file_where_it_is(tmp_path: Path, harness: Path, t1: Path) -> None:

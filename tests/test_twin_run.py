@@ -5,6 +5,7 @@ installs the .ipa and pushes the model over AFC into the app's Documents/models/
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -36,6 +37,8 @@ def _records(tmp_path: Path, kind: str) -> list[dict[str, Any]]:
 @pytest.mark.skipif(not harness_has_app(), reason="no harness build with `harness app` (swift build in ios_harness)")
 def test_orch_run_on_a_twin_deploys_the_model_and_runs_the_raw_loop(tmp_path: Path) -> None:
     ipa = make_ipa(tmp_path / "twin.ipa", HARNESS, BUNDLE, minimum_os="16.0")
+    table = tmp_path / "rawloop-cpu.json"  # as `orch export-tuning` writes one: deployed, then loaded by the app
+    table.write_text(json.dumps({"engine": "rawloop-cpu", "device": "A18 Pro", "params": {"kv_cache": "f32"}}))
     with running_twin(tmp_path, ios="18.2", thermal_speed=20.0) as twin:
         fleet = tmp_path / "fleet.yaml"
         fleet.write_text(textwrap.dedent(f"""\
@@ -56,7 +59,7 @@ def test_orch_run_on_a_twin_deploys_the_model_and_runs_the_raw_loop(tmp_path: Pa
             model: {MODEL}
             devices: [twin]
             arms:
-              - {{name: cpu, runtime: rawloop-cpu, threads: 1}}
+              - {{name: cpu, runtime: rawloop-cpu, threads: 1, tuning_table: {table}}}
               - {{name: metal, runtime: rawloop-metal}}
             trial: {{prompt_tokens: 8, decode_tokens: 16, timeout_s: 60}}
             blocks: 6
@@ -81,12 +84,18 @@ def test_orch_run_on_a_twin_deploys_the_model_and_runs_the_raw_loop(tmp_path: Pa
     assert len(launches) == 48 and all(argv[1:3] == ["app", "--container"] for argv in launches)
     key = models[0].split("/")[1]
     assert models == [f"models/{key}/{MODEL.name}", f"models/{key}/{MODEL.name}.sha256"], models
+    placed = f"tuning/{hashlib.sha256(table.read_bytes()).hexdigest()[:16]}/{table.name}"
+    assert (documents / placed).read_bytes() == table.read_bytes()
     assert (documents / models[0]).read_bytes() == MODEL.read_bytes()
     one, two = _records(tmp_path, "prepared")
-    assert [f["bytes_sent"] for f in one["files"]] == [MODEL.stat().st_size]
-    assert [f["bytes_sent"] for f in two["files"]] == [0]
+    assert [f["bytes_sent"] for f in one["files"]] == [MODEL.stat().st_size, table.stat().st_size]
+    assert [f["bytes_sent"] for f in two["files"]] == [0, 0]
+    assert one["tuning"] == {"cpu": placed}
     trials = _records(tmp_path, "trial")
     assert len(trials) == 48 and all(t["result"]["status"] == "ok" for t in trials)
+    # the app loaded the deployed table (its params are in the result); the metal arm names none
+    assert {json.dumps(t["result"]["tuning"]) for t in trials if t["arm"] == "cpu"} == {'{"kv_cache": "f32"}'}
+    assert {json.dumps(t["result"]["tuning"]) for t in trials if t["arm"] == "metal"} == {"{}"}
     # settled on the twin's thermal model: the battery read over diagnostics_relay before each trial
     assert all(isinstance(t["settle"]["before"]["battery_c"], float) for t in trials)
     assert {t["result"]["engine_version"].endswith("(emulated Metal on CPU)") for t in trials} == {True, False}

@@ -23,26 +23,16 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from pydantic import BaseModel, ConfigDict
 
 from orchestrator.analysis.audit import chip_class, median_ci
 from orchestrator.analysis.decision import ArmSample, InsufficientData, compare
 from orchestrator.config.plan import Arm
-from orchestrator.protocol import TuningValue
+from orchestrator.protocol import HarnessTuningTable, TuningValue
 from orchestrator.results.records import Manifest
 
 
 class TuningInputError(ValueError):
     """The run cannot produce a tuning table (the CLI exits 2)."""
-
-
-class HarnessTuningTable(BaseModel):
-    """What `harness run --tuning FILE` loads (mirror of the Swift `TuningTable`)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-    engine: str
-    device: str | None = None
-    params: dict[str, TuningValue]
 
 
 EVIDENCE_COLUMNS = [

@@ -47,6 +47,9 @@ class Arm(Strict):
     build: str | None = None
     engine: dict[str, EngineValue] = Field(default_factory=dict, description="Engine config / tuning params")
     threads: int | None = Field(default=None, ge=1, le=1024)
+    tuning_table: str | None = Field(
+        default=None, max_length=4096, description="A harness tuning table on the controller (`orch export-tuning` "
+        "writes one): prepare deploys it, the harness loads it; `engine` overrides its params")
 
 
 class TrialSettings(Strict):

@@ -121,6 +121,8 @@ class Artifacts(_Record):
     extra: dict[str, str] = Field(default_factory=dict)
     files: list[ArtifactFile] = Field(default_factory=list)
     model: str | None = Field(default=None, description="Which of `files` is the plan's model (its name)")
+    tuning: dict[str, str] = Field(default_factory=dict, description="Arm name -> which of `files` is its tuning "
+                                   "table (its name)")
     engines: list[str] = Field(
         default_factory=list, description="The runtimes the run's arms launch: on an iPhone, the files go to the "
         "Documents of every app that runs one of them (the harness app when none is named)")

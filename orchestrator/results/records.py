@@ -52,6 +52,7 @@ class Manifest(_Rec):
     sessions: list[SessionPlan]
     versions: dict[str, str]
     model_sha256: str | None = Field(default=None, description="The plan's model file, when the run deploys it")
+    tuning_sha256: dict[str, str] = Field(default_factory=dict, description="Arm -> its tuning table's sha256")
 
     def session(self, device: str) -> SessionPlan:
         return next(s for s in self.sessions if s.device == device)
@@ -84,6 +85,7 @@ class PreparedRecord(_Rec):
     files: list[Placed] = Field(default_factory=list)
     model: str = Field(description="The model as this session's specs name it (device-local path, or the plan's)")
     model_sha256: str | None = None
+    tuning: dict[str, str] = Field(default_factory=dict, description="Arm -> its tuning table as the specs name it")
     chip_class: str | None = Field(default=None, description="The device's own answer (info()), e.g. an iPhone's")
     wall: float
 

@@ -63,6 +63,7 @@ class Session:
     observe: Observer = lambda device, record: None
     seed: int = 0
     model: str | None = None  # the model as this device's programs name it, once prepare has placed it
+    tuning: dict[str, str] = field(default_factory=dict)  # arm -> its tuning table as the device names it
 
     async def run(self) -> StopReason:
         try:
@@ -86,9 +87,12 @@ class Session:
         if wanted and placed is None:
             return "prepare_failed", f"{self.schedule.device}: prepare did not say where the model {wanted} landed"
         self.model = placed or self.plan.model  # nothing deployed (a sim, a model already on the device): as written
+        self.tuning = {arm: path for arm, name in self.artifacts.tuning.items() if (path := report.path_of(name))}
+        if missing := sorted(set(self.artifacts.tuning) - set(self.tuning)):
+            return "prepare_failed", f"{self.schedule.device}: prepare did not place the tuning tables of {missing}"
         sha = next((f.sha256 for f in self.artifacts.files if f.name == wanted), None)
         self._emit(PreparedRecord(device=self.schedule.device, installed=report.installed, skipped=report.skipped,
-                                  files=report.files, model=self.model, model_sha256=sha,
+                                  files=report.files, model=self.model, model_sha256=sha, tuning=self.tuning,
                                   chip_class=info.chip_class, wall=self.clock.wall()))
         if self.plan.probe and not self.state.probed:
             await self._probe()
@@ -179,6 +183,7 @@ class Session:
             prompt_tokens=t.prompt_tokens, decode_tokens=t.decode_tokens, chunk_width=t.chunk_width,
             warm_repetitions=t.warm_repetitions, seed=self.plan.seed, threads=arm.threads, build=arm.build,
             tuning=dict(arm.engine), clear_caches=list(t.clear_caches),
+            tuning_table=self.tuning.get(arm.name, arm.tuning_table),  # a sim: the plan's path, as a label
         )
 
     def _look(self) -> StopReason | None:

@@ -21,19 +21,20 @@ public enum SpecRun {
         "HARNESS_DONE \(trialId) \(path)"
     }
 
-    /// `resolveModel` maps the spec's `model` to the file opened (the app: under Documents; the
-    /// CLI: as given); the result keeps the spec's own `model`. `emit` takes the sentinel,
+    /// `resolve` maps a device path the spec names (`model`, `tuning_table`; with the field's name)
+    /// to the file opened (the app: under Documents; the CLI: as given); the result keeps the
+    /// spec's own `model`. A `tuningPath` from the command line wins over the spec's `tuning_table`. `emit` takes the sentinel,
     /// `diagnose` what went wrong when no result could be written.
     public static func execute(
         specPath: String, outPath: String, tuningPath: String?, factory: any EngineFactory,
         runner: TrialRunner = TrialRunner(thermal: Thermal.platformProbe()),
-        resolveModel: (String) throws -> String = { $0 },
+        resolve: (_ field: String, _ path: String) throws -> String = { $1 },
         interrupted: () -> String? = { nil },
         print emit: (String) -> Void = Console.line,
         diagnose: (String) -> Void = Console.errorLine
     ) -> Int32 {
         var result = produce(
-            specPath: specPath, tuningPath: tuningPath, factory: factory, runner: runner, resolveModel: resolveModel)
+            specPath: specPath, tuningPath: tuningPath, factory: factory, runner: runner, resolve: resolve)
         if let reason = interrupted(), result.status == .ok {
             // Keep the measurements as evidence, but the trial does not count.
             result.status = .error
@@ -53,7 +54,7 @@ public enum SpecRun {
     /// The result for a spec: an ok result, or an error result naming what went wrong.
     public static func produce(
         specPath: String, tuningPath: String?, factory: any EngineFactory, runner: TrialRunner,
-        resolveModel: (String) throws -> String = { $0 }
+        resolve: (_ field: String, _ path: String) throws -> String = { $1 }
     ) -> TrialResult {
         let spec: TrialSpec
         switch SpecLoader.load(path: specPath) {
@@ -80,12 +81,13 @@ public enum SpecRun {
             if let b = spec.build, b != HarnessBuild.id {
                 throw HarnessError(.badSpec, "spec expects build \(b), this harness is \(HarnessBuild.id)")
             }
-            let table = try tuningPath.map { try TuningTable.load(path: $0, for: spec.engine) }
+            let tablePath = try tuningPath ?? spec.tuningTable.map { try resolve("tuning_table", $0) }
+            let table = try tablePath.map { try TuningTable.load(path: $0, for: spec.engine) }
             let tuning = TuningTable.merged(table: table, spec: spec.tuning)
             base.tuning = tuning
             // The engine opens the resolved file; the result says `model` as the spec did.
             var local = spec
-            local.model = try resolveModel(spec.model)
+            local.model = try resolve("model", spec.model)
             if let expected = spec.modelSha256 {
                 let actual = try SHA256.hexDigest(ofFile: local.model)
                 if actual.lowercased() != expected.lowercased() {

@@ -54,11 +54,11 @@ func temporaryContainer() throws -> String {
     }
 
     @Test func modelsResolveUnderDocumentsAsBadSpecOtherwise() throws {
-        #expect(try AppLaunch.resolveModel("models/t1.gguf", in: docs) == "/c/Documents/models/t1.gguf")
-        #expect { try AppLaunch.resolveModel("/models/t1.gguf", in: docs) } throws: { error in
+        #expect(try AppLaunch.resolve("model", "models/t1.gguf", in: docs) == "/c/Documents/models/t1.gguf")
+        #expect { try AppLaunch.resolve("model", "/models/t1.gguf", in: docs) } throws: { error in
             (error as? HarnessError)?.kind == .badSpec
         }
-        #expect { try AppLaunch.resolveModel("models/../../t1.gguf", in: docs) } throws: { error in
+        #expect { try AppLaunch.resolve("model", "models/../../t1.gguf", in: docs) } throws: { error in
             (error as? HarnessError)?.kind == .badSpec
         }
     }

@@ -167,13 +167,37 @@ final class Lines: @unchecked Sendable {
         #expect(code == SpecRun.exitOK && result.tuning == ["depth": .int(3)])
     }
 
+    /// The spec's `tuning_table` (what prepare deployed) is read under Documents like `--tuning`;
+    /// an absolute one is refused; a `--tuning` on the command line wins over it.
+    @Test func theSpecsTuningTableIsReadUnderDocuments() throws {
+        let container = try temporaryContainer()
+        defer { try? FileManager.default.removeItem(atPath: container) }
+        let docs = AppDocuments(container: container)
+        try docs.createLayout()
+        try Data([1]).write(to: URL(fileURLWithPath: docs.root + "/models/m.gguf"))
+        for (name, depth) in [("a", 3), ("b", 5)] {
+            try #"{"engine": "fake", "params": {"depth": \#(depth)}}"#.write(
+                toFile: docs.root + "/tuning/\(name).json", atomically: true, encoding: .utf8)
+        }
+        let (code, result, _, _) = try runTrial(model: "models/m.gguf", in: docs, tuningTable: "tuning/a.json")
+        #expect(code == SpecRun.exitOK && result.tuning == ["depth": .int(3)])
+        let (refused, bad, _, _) = try runTrial(model: "models/m.gguf", in: docs,
+                                               tuningTable: docs.root + "/tuning/a.json")
+        #expect(refused == SpecRun.exitErrorResult && bad.error?.kind == .badSpec)
+        #expect(bad.error?.message.hasPrefix("tuning_table:") == true)
+        let (wins, both, _, _) = try runTrial(model: "models/m.gguf", in: docs, extra: ["--tuning", "tuning/b.json"],
+                                              tuningTable: "tuning/a.json")
+        #expect(wins == SpecRun.exitOK && both.tuning == ["depth": .int(5)])
+    }
+
     /// Writes `specs/t-1.json` naming `model`, launches `--spec specs/t-1.json --out results/t-1.json`.
-    func runTrial(model: String, in docs: AppDocuments, extra: [String] = [])
+    func runTrial(model: String, in docs: AppDocuments, extra: [String] = [], tuningTable: String? = nil)
         throws -> (Int32, TrialResult, [String], [String])
     {
         try docs.createLayout()
-        let spec = TrialSpec(runId: "r", trialId: "t-1", engine: "fake", model: model, promptTokens: 4,
+        var spec = TrialSpec(runId: "r", trialId: "t-1", engine: "fake", model: model, promptTokens: 4,
                              decodeTokens: 3, promptIds: [1, 2, 3, 4])
+        spec.tuningTable = tuningTable
         try ProtocolJSON.encoder().encode(spec).write(to: URL(fileURLWithPath: docs.root + "/specs/t-1.json"))
         let factory = RecordingFactory()
         let lines = Lines()

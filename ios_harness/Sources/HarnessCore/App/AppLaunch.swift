@@ -79,7 +79,7 @@ public struct AppLaunch: Sendable {
             return SpecRun.execute(
                 specPath: spec, outPath: out, tuningPath: tuning, factory: factory,
                 runner: TrialRunner(clock: clock, thermal: thermal),
-                resolveModel: { try Self.resolveModel($0, in: docs) },
+                resolve: { try Self.resolve($0, $1, in: docs) },
                 interrupted: interrupted, print: emit, diagnose: emit)
         case .probe(let kind, let out, let token):
             try? documents.createLayout()
@@ -128,12 +128,13 @@ public struct AppLaunch: Sendable {
         }
     }
 
-    /// A spec's `model` as the app opens it: relative to Documents, like every other path.
-    static func resolveModel(_ model: String, in documents: AppDocuments) throws(HarnessError) -> String {
+    /// A path the spec names (`model`, `tuning_table`) as the app opens it: relative to Documents,
+    /// like every other path.
+    static func resolve(_ field: String, _ path: String, in documents: AppDocuments) throws(HarnessError) -> String {
         do {
-            return try documents.resolve(model)
+            return try documents.resolve(path)
         } catch {
-            throw HarnessError(.badSpec, "model: \(error)")
+            throw HarnessError(.badSpec, "\(field): \(error)")
         }
     }
 }

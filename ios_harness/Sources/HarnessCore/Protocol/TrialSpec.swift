@@ -26,6 +26,8 @@ public struct TrialSpec: Codable, Equatable, Sendable {
     /// Harness/engine build the plan expects.
     public var build: String?
     public var tuning: [String: TuningValue] = [:]
+    /// A tuning table file as the device sees it (what `--tuning` names); `tuning` overrides its params.
+    public var tuningTable: String?
     public var clearCaches: [String] = []
 
     enum CodingKeys: String, CodingKey, CaseIterable {
@@ -40,6 +42,7 @@ public struct TrialSpec: Codable, Equatable, Sendable {
         case chunkWidth = "chunk_width"
         case warmRepetitions = "warm_repetitions"
         case seed, threads, build, tuning
+        case tuningTable = "tuning_table"
         case clearCaches = "clear_caches"
     }
 
@@ -79,6 +82,7 @@ public struct TrialSpec: Codable, Equatable, Sendable {
         threads = try c.decodeIfPresent(Int.self, forKey: .threads)
         build = try c.decodeIfPresent(String.self, forKey: .build)
         tuning = try c.decodeIfPresent([String: TuningValue].self, forKey: .tuning) ?? [:]
+        tuningTable = try c.decodeIfPresent(String.self, forKey: .tuningTable)
         clearCaches = try c.decodeIfPresent([String].self, forKey: .clearCaches) ?? []
     }
 
@@ -99,6 +103,7 @@ public struct TrialSpec: Codable, Equatable, Sendable {
         try c.encode(threads, forKey: .threads)
         try c.encode(build, forKey: .build)
         try c.encode(tuning, forKey: .tuning)
+        try c.encode(tuningTable, forKey: .tuningTable)
         try c.encode(clearCaches, forKey: .clearCaches)
     }
 
