@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from twin_support import BUNDLE, HARNESS, MODEL, ORCH, harness_has_app, running_twin
+from twin_support import BUNDLE, HARNESS, MODEL, ORCH, ROOT, harness_has_app, running_twin
 
 from orchestrator.twin import make_ipa
 
@@ -101,3 +101,10 @@ def test_orch_run_on_a_twin_deploys_the_model_and_runs_the_raw_loop(tmp_path: Pa
     assert {t["result"]["engine_version"].endswith("(emulated Metal on CPU)") for t in trials} == {True, False}
     assert one["model"] == two["model"] == f"models/{key}/{MODEL.name}"
     assert one["chip_class"] == two["chip_class"] == "A18 Pro"
+    # the audit (and every table) names the chip the phone reported, not the fleet's (it has none here)
+    run_id = sorted((tmp_path / "results").glob("*/journal.jsonl"))[0].parent.name
+    audited = subprocess.run([str(ORCH), "audit", run_id, "--results", str(tmp_path / "results"), "--ceilings",
+                              str(ROOT / "configs" / "ceilings.yaml"), "--format", "csv"], capture_output=True,
+                             text=True, timeout=120, check=False)
+    assert audited.returncode == 0, audited.stdout + audited.stderr
+    assert {row.split(",")[1] for row in audited.stdout.splitlines()[1:] if row} == {"A18 Pro"}, audited.stdout

@@ -43,8 +43,13 @@ class Ceiling:
     workload: str
 
 
-def chip_class(manifest: Manifest, device: str) -> str:
-    """The device's chip class from the fleet, else its id (iPhones report theirs only at run time)."""
+def chip_class(manifest: Manifest, device: str, trials: pd.DataFrame | None = None) -> str:
+    """The device's chip class: what the run's trial table says (the device's own answer at its session's
+    start, e.g. an iPhone's, else the fleet's), else the fleet's, else its id."""
+    if trials is not None and "chip_class" in trials:
+        said = trials.loc[trials["device"] == device, "chip_class"].dropna()
+        if len(said):
+            return str(said.iloc[0])
     cfg = next((d for d in manifest.fleet.devices if d.id == device), None)
     return (getattr(cfg, "chip_class", None) if cfg is not None else None) or device
 
@@ -111,7 +116,7 @@ def audit(trials: pd.DataFrame, manifest: Manifest, table: CeilingTable, *, seed
     ok = trials[(trials["status"] == "ok") & trials["decode_tok_s"].notna()]
     rows = []
     for (device, arm), g in ok.groupby(["device", "arm"], sort=True):
-        chip = chip_class(manifest, str(device))
+        chip = chip_class(manifest, str(device), trials)
         ceil = ceiling_for(table, chip, model, probe_gb_s(manifest, str(device), trials))
         rate, rate_lo, rate_hi = median_ci(g["decode_tok_s"], seed=seed)
         bpt = g["bytes_per_decode_token"].dropna()
@@ -162,7 +167,7 @@ def prefill_view(trials: pd.DataFrame, manifest: Manifest, table: CeilingTable) 
         if not len(weights):
             continue
         w = float(weights.median())
-        chip = chip_class(manifest, str(device))
+        chip = chip_class(manifest, str(device), trials)
         ceil = ceiling_for(table, chip, model, probe_gb_s(manifest, str(device), trials)).gb_s
         measured = {int(str(m)): float(s["prefill_tok_s"].median()) for m, s in g.groupby("chunk_width")}
         for m in sorted(set(PREFILL_WIDTHS) | set(measured)):

@@ -85,8 +85,8 @@ def history_rows(trials: pd.DataFrame, manifest: Manifest) -> pd.DataFrame:
     plan = manifest.plan
     roles = {plan.arms[0].name: "reference", plan.arms[1].name: "candidate"}
     devices = sorted(trials["device"].unique())
-    chips = {d: chip_class(manifest, d) for d in devices}
-    probes = {d: probe_gb_s(manifest, d) for d in devices}
+    chips = {d: chip_class(manifest, d, trials) for d in devices}
+    probes = {d: probe_gb_s(manifest, d, trials) for d in devices}
     rows = trials.assign(
         config=plan.name, model=plan.model, role=trials["arm"].map(roles), chip_class=trials["device"].map(chips),
         probe_gb_s=trials["device"].map(lambda d: probes[d] if probes[d] is not None else np.nan),
@@ -94,8 +94,8 @@ def history_rows(trials: pd.DataFrame, manifest: Manifest) -> pd.DataFrame:
     return _typed(rows[TRIAL_COLUMNS])
 
 
-def night_rows(verdicts: pd.DataFrame, manifest: Manifest) -> pd.DataFrame:
-    """The night's comparisons (one per device), from the run's verdict table."""
+def night_rows(verdicts: pd.DataFrame, manifest: Manifest, trials: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The night's comparisons (one per device), from the run's verdict table (chips from its trials')."""
     plan = manifest.plan
     ref, cand = plan.arms
     mine = verdicts[(verdicts["baseline"] == ref.name) & (verdicts["candidate"] == cand.name)]
@@ -103,7 +103,8 @@ def night_rows(verdicts: pd.DataFrame, manifest: Manifest) -> pd.DataFrame:
         "n_baseline": "n_reference", "n_candidate": "n_candidate",
         "median_baseline": "median_reference", "median_candidate": "median_candidate",
     }).assign(
-        run_id=manifest.run_id, config=plan.name, chip_class=mine["device"].map(lambda d: chip_class(manifest, d)),
+        run_id=manifest.run_id, config=plan.name,
+        chip_class=mine["device"].map(lambda d: chip_class(manifest, d, trials)),
         reference_build=ref.build, candidate_build=cand.build,
     )
     return _typed(rows[NIGHT_COLUMNS])
@@ -489,7 +490,7 @@ async def run_night(
         for run in runs:
             outcome = await core.execute(run)
             append_history(history, night, history_rows(outcome.trials, outcome.manifest),
-                           night_rows(outcome.verdicts, outcome.manifest))
+                           night_rows(outcome.verdicts, outcome.manifest, outcome.trials))
             ended = {d: s.reason for d, s in stops(run.records()).items()}
             for s in outcome.manifest.sessions:
                 why[(outcome.manifest.plan.name, s.device)] = (

@@ -32,8 +32,8 @@ RANK_COLUMNS = [
 def observations(trials: pd.DataFrame, manifest: Manifest) -> pd.DataFrame:
     """A run's trial rows in the shape ranking joins on."""
     devices = sorted(trials["device"].unique())
-    chips = {d: chip_class(manifest, d) for d in devices}
-    probes = {d: probe_gb_s(manifest, d) for d in devices}
+    chips = {d: chip_class(manifest, d, trials) for d in devices}
+    probes = {d: probe_gb_s(manifest, d, trials) for d in devices}
     out = trials.assign(
         model=manifest.plan.model, chip_class=trials["device"].map(chips),
         probe_gb_s=trials["device"].map(lambda d: probes[d] if probes[d] is not None else math.nan),

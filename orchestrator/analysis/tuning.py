@@ -78,7 +78,7 @@ def choose(trials: pd.DataFrame, manifest: Manifest) -> pd.DataFrame:
     ok = trials[(trials["status"] == "ok") & trials["decode_tok_s"].notna()]
     if not len(ok):
         raise TuningInputError(f"run {manifest.run_id} has no finished trials")
-    ok = ok.assign(chip_class=ok["device"].map(lambda d: chip_class(manifest, d)))
+    ok = ok.assign(chip_class=ok["device"].map(lambda d: chip_class(manifest, d, trials)))
     rows = []
     for chip, g in ok.groupby("chip_class", sort=True):
         index = {d: i for i, d in enumerate(sorted(g["device"].unique()))}

@@ -154,11 +154,14 @@ class AgentDevice(Device):
         assert reply.report is not None
         if not hop:
             return reply.report
-        # Bytes sent count both legs: to the agent's host, and from there on to the device.
+        # Bytes sent count both legs: to the agent's host, and from there on to the device (the first
+        # leg once, where a phone puts one file into several apps).
         first = {p.name: p for p in hop}
-        files = [p.model_copy(update={"bytes_sent": p.bytes_sent + first[p.name].bytes_sent,
-                                      "seconds": round(p.seconds + first[p.name].seconds, 3)})
-                 if p.name in first else p for p in reply.report.files]
+        files = []
+        for p in reply.report.files:
+            leg = first.pop(p.name, None)
+            files.append(p if leg is None else p.model_copy(update={
+                "bytes_sent": p.bytes_sent + leg.bytes_sent, "seconds": round(p.seconds + leg.seconds, 3)}))
         return reply.report.model_copy(update={"files": files})
 
     async def _stage(self, artifacts: Artifacts, progress: Progress | None) -> tuple[Artifacts, list[Placed]]:

@@ -31,6 +31,7 @@ from orchestrator.results.records import (
     Record,
     SessionStopped,
     TrialRecord,
+    device_chips,
 )
 
 
@@ -217,6 +218,7 @@ def trial_rows(manifest: Manifest, records: list[Record]) -> pd.DataFrame:
     """One row per final trial record: the flat table analysis and reports work on."""
     arms = {a.name: a for a in manifest.plan.arms}
     probes = {r.device: r.probe.gb_s for r in records if isinstance(r, ProbeRecord)}
+    chips = device_chips(manifest, records)
     rows: list[dict[str, Any]] = []
     for rec in records:
         if not isinstance(rec, TrialRecord):
@@ -226,7 +228,8 @@ def trial_rows(manifest: Manifest, records: list[Record]) -> pd.DataFrame:
         gen = res.trial1 if res else None
         warm = [g.decode_tok_s() for g in res.warm] if res else []
         rows.append({
-            "run_id": manifest.run_id, "device": rec.device, "trial_id": rec.trial_id, "seq": rec.seq,
+            "run_id": manifest.run_id, "device": rec.device, "chip_class": chips.get(rec.device),
+            "trial_id": rec.trial_id, "seq": rec.seq,
             "block": rec.block, "arm": rec.arm, "runtime": arm.runtime, "build": arm.build,
             "attempts": rec.attempts, "status": "ok" if res else "failed",
             "failure_kind": rec.failure.kind if rec.failure else None,
@@ -256,7 +259,7 @@ def trial_rows(manifest: Manifest, records: list[Record]) -> pd.DataFrame:
 
 
 _COLUMNS = [
-    "run_id", "device", "trial_id", "seq", "block", "arm", "runtime", "build", "attempts", "status",
+    "run_id", "device", "chip_class", "trial_id", "seq", "block", "arm", "runtime", "build", "attempts", "status",
     "failure_kind", "failure_message", "decode_tok_s", "prefill_tok_s", "ttft_s", "warm_decode_tok_s",
     "bytes_per_decode_token", "bytes_per_prefill_token", "effective_gb_s", "chunk_width", "engine_version",
     "harness_build", "thermal_before", "thermal_after", "state_rose", "battery_before_c", "battery_after_c",
