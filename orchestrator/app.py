@@ -6,6 +6,7 @@ The CLI parses and prints; everything it runs is here.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import os
@@ -168,6 +169,10 @@ async def survey(fleet: Fleet, timeout: float = 60.0) -> list[DeviceRow]:
             if health.state == "ok":
                 info = await asyncio.wait_for(device.info(), timeout)
                 reading = await asyncio.wait_for(device.telemetry(), timeout)
+            elif health.state == "harness_missing":  # reachable: say what it is, before anything is installed
+                with contextlib.suppress(DeviceUnavailable, TimeoutError):
+                    info = await asyncio.wait_for(device.info(), timeout)
+                    reading = await asyncio.wait_for(device.telemetry(), timeout)
         except DeviceUnavailable as exc:
             health = Health(state=exc.state, fix=exc.fix, detail=str(exc))
         except TimeoutError:

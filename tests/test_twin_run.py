@@ -26,6 +26,15 @@ def _orch_run(tmp_path: Path, fleet: Path, plan: Path, **env_over: str) -> subpr
                           check=False)
 
 
+def _orch_devices(tmp_path: Path, fleet: Path) -> dict[str, Any]:
+    env = {**os.environ, "HOME": str(tmp_path / "home")}
+    got = subprocess.run([str(ORCH), "devices", "--fleet", str(fleet), "--json"], env=env, capture_output=True,
+                         text=True, timeout=120, check=False)
+    (row,) = map(json.loads, got.stdout.splitlines())
+    assert got.returncode == (0 if row["health"]["state"] == "ok" else 1), got.stdout + got.stderr
+    return row
+
+
 def _records(tmp_path: Path, kind: str) -> list[dict[str, Any]]:
     """The journal records of one type, of every run under results/, oldest run first."""
     out = []
@@ -65,7 +74,9 @@ def test_orch_run_on_a_twin_deploys_the_model_and_runs_the_raw_loop(tmp_path: Pa
             blocks: 6
             settle: {{flat_window_s: 0.5, flat_tolerance_c: 5, min_gap_s: 0, poll_s: 0.1, timeout_s: 60}}
             """))
+        before = _orch_devices(tmp_path, fleet)
         first = _orch_run(tmp_path, fleet, plan)
+        after = _orch_devices(tmp_path, fleet)
         # the second run names no address: both come from the environment, as `orch twin serve -- CMD` sets it
         bare = tmp_path / "bare-fleet.yaml"
         bare.write_text("\n".join(line for line in fleet.read_text().splitlines() if "_address:" not in line))
@@ -75,6 +86,12 @@ def test_orch_run_on_a_twin_deploys_the_model_and_runs_the_raw_loop(tmp_path: Pa
         documents = twin.phone.apps.container(twin.phone.apps.get(BUNDLE)) / "Documents"
         models = sorted(p.relative_to(documents).as_posix() for p in (documents / "models").rglob("*") if p.is_file())
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    # `orch devices` on the twin: the app is missing until the run installs it, then all is well
+    assert before["health"]["state"] == "harness_missing" and "prepare" in before["health"]["fix"], before
+    assert before["info"]["chip_class"] == "A18 Pro" and before["info"]["harness_version"] is None, before
+    assert after["health"]["state"] == "ok" and after["info"]["chip_class"] == "A18 Pro", after
+    assert after["info"]["os"].startswith("iOS 18.2") and after["info"]["harness_version"].startswith("1.0 (1)")
+    assert after["telemetry"]["battery_c"] is not None, after
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
     assert "│ twin   │ 24      │ 24 │ 0      │" in first.stdout, first.stdout
     assert "│ twin   │ A18 Pro │ metal vs cpu │ 12/12 │" in first.stdout, first.stdout  # the chip its ProductType names
