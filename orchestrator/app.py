@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from orchestrator.analysis.devicetime import decided_in, device_time, prepare_seconds
 from orchestrator.analysis.summary import verdicts
 from orchestrator.artifacts import (
     artifacts_for,
@@ -224,6 +225,7 @@ class RunOutcome:
     details: dict[str, str]  # device -> why its session stopped, where it said
     warnings: list[str] = field(default_factory=list)  # journal lines skipped; tables not written (and why)
     chips: dict[str, str] = field(default_factory=dict)  # device -> chip class, as the device said (device_chips)
+    device_time: pd.DataFrame = field(default_factory=pd.DataFrame)  # per device: prepare, settle, launch, measured
 
     @property
     def completed(self) -> bool:
@@ -336,12 +338,16 @@ def _derive(run: RunDir, *, save: bool, why: str | None = None) -> RunOutcome:
                         f"not run, and orch run --resume {run.run_id} runs it again")
     trials = trial_rows(manifest, records)
     table = verdicts(trials, manifest.plan, seed=manifest.seed)
+    prepare_s = prepare_seconds(records)
+    table = table.assign(device_min=decided_in(table, trials, prepare_s))
+    spent = device_time(trials, prepare_s, [s.device for s in manifest.sessions], manifest.plan.budget_minutes)
     if save:
         try:
             tmp = run.trials_path.with_name("trials.parquet.tmp")
             trials.to_parquet(tmp, index=False)
             os.replace(tmp, run.trials_path)
             write_atomic(run.verdicts_path, table.to_csv(index=False).encode())
+            write_atomic(run.device_time_path, spent.to_csv(index=False).encode())
         except OSError as exc:
             run.trials_path.with_name("trials.parquet.tmp").unlink(missing_ok=True)
             save = False
@@ -349,4 +355,4 @@ def _derive(run: RunDir, *, save: bool, why: str | None = None) -> RunOutcome:
     gates = gates_of(run, records, save=save)
     return RunOutcome(run=run, manifest=manifest, stops=stop_reasons(manifest, records), trials=trials,
                       verdicts=table, details={d: s.detail for d, s in stops(records).items() if s.detail},
-                      gates=gates, warnings=warnings, chips=device_chips(manifest, records))
+                      gates=gates, warnings=warnings, chips=device_chips(manifest, records), device_time=spent)

@@ -26,7 +26,14 @@ from orchestrator.config import MAX_SEED, MIN_SEED
 from orchestrator.config.fleet import Fleet
 from orchestrator.config.loader import ConfigError, load_any, load_fleet
 from orchestrator.config.plan import Plan
-from orchestrator.report.console import LiveProgress, devices_table, gates_table, session_table, verdict_table
+from orchestrator.report.console import (
+    LiveProgress,
+    budget_note,
+    devices_table,
+    gates_table,
+    session_table,
+    verdict_table,
+)
 from orchestrator.results.journal import JournalWriteError
 from orchestrator.results.records import EARLY_STOPS, TrialRecord
 from orchestrator.results.store import RunDir, RunLocked, RunNotFound, RunNotWritable, RunUnreadable, find_run
@@ -120,12 +127,14 @@ def _execute(run_dir: RunDir, results: Path) -> None:
 def _summary(outcome: core.RunOutcome) -> None:
     for warning in outcome.warnings:
         err.print(f"warning: {warning}", markup=False, highlight=False)
-    out.print(session_table(outcome.trials, dict(outcome.stops), outcome.manifest))
+    out.print(session_table(outcome.trials, dict(outcome.stops), outcome.manifest, outcome.device_time))
     for device, reason in outcome.stops.items():
         if reason not in ("completed", *EARLY_STOPS) and device in outcome.details:
             err.print(f"{device}: {reason}: {outcome.details[device]}", markup=False, highlight=False)
     out.print(verdict_table(outcome.verdicts, outcome.manifest, outcome.chips))
-    files = "journal.jsonl, trials.parquet, verdicts.csv"
+    for note in budget_note(outcome.device_time, dict(outcome.stops), outcome.verdicts):
+        out.print(note, markup=False, highlight=False)
+    files = "journal.jsonl, trials.parquet, verdicts.csv, device_time.csv"
     if len(outcome.gates):
         out.print(gates_table(outcome.gates))
         files += ", token_gates.csv"

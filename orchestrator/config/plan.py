@@ -217,6 +217,9 @@ class Plan(Strict):
     probe: bool = Field(default=True, description="Measure each device's stream ceiling once per session (audit)")
     seed: Seed = 0
     nightly: NightlyAlarm | None = Field(default=None, description="Alarm thresholds for `orch nightly`")
+    budget_minutes: float | None = Field(
+        default=None, gt=0, le=7 * 24 * 60, description="Device time each session may use (prepare, settle, "
+        "launches), minutes: no trial starts once it is spent (stop reason `budget`); the verdicts are what it allowed")
 
     @field_validator("arms")
     @classmethod

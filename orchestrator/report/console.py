@@ -76,7 +76,7 @@ def verdict_table(verdicts: pd.DataFrame, manifest: Manifest, chips: dict[str, s
     )
     chips = chips or {d.id: getattr(d, "chip_class", None) or d.kind for d in manifest.fleet.devices}
     for col in ("device", "chip", "comparison", "n", "baseline tok/s", "candidate tok/s", "ratio [CI]", "p",
-                "σ", "MDE", "verdict"):
+                "σ", "MDE", "verdict", "device min"):
         table.add_column(col, justify="left" if col in ("device", "chip", "comparison", "verdict") else "right")
     for row in verdicts.to_dict("records"):
         ci = f"{_fmt(row['ratio'], '.3f')} [{_fmt(row['ci_low'], '.3f')}, {_fmt(row['ci_high'], '.3f')}]"
@@ -86,26 +86,47 @@ def verdict_table(verdicts: pd.DataFrame, manifest: Manifest, chips: dict[str, s
             _fmt(row["median_baseline"], ".1f"), _fmt(row["median_candidate"], ".1f"), ci,
             _fmt(row["p_adjusted"], ".4f"), _fmt(row["sigma"], ".1%"), _fmt(row["mde"], ".1%"),
             f"[{VERDICT_STYLE.get(str(row['verdict']), '')}]{row['verdict']}[/]",
+            _fmt(row.get("device_min"), ".1f"),
         )
     return table
 
 
-def session_table(trials: pd.DataFrame, stops: dict[str, str], manifest: Manifest) -> Table:
+def session_table(trials: pd.DataFrame, stops: dict[str, str], manifest: Manifest,
+                  spent: pd.DataFrame | None = None) -> Table:
+    """One row per device: trials, failures, the settle gate, device time (`spent`: devicetime's table)."""
     table = Table(title=f"Run {manifest.run_id}: plan {manifest.plan.name}", title_justify="left")
     for col in ("device", "planned", "ok", "failed", "failures by kind", "settle wait median s", "state rose",
-                "session"):
+                "device min", "settle %", "session"):
         table.add_column(col)
+    spent_by = spent.set_index("device") if spent is not None and len(spent) else None
     for s in manifest.sessions:
         mine = trials[trials["device"] == s.device]
         ok = int((mine["status"] == "ok").sum())
         kinds = Counter(mine["failure_kind"].dropna())
         wait = mine["settle_waited_s"].median() if len(mine) else float("nan")
+        row = spent_by.loc[s.device] if spent_by is not None and s.device in spent_by.index else None
         table.add_row(
             s.device, str(len(s.trials)), str(ok), str(len(mine) - ok),
             ", ".join(f"{k} {n}" for k, n in sorted(kinds.items())) or "-", _fmt(wait, ".0f"),
-            str(int(mine["state_rose"].sum())), stops.get(s.device, "not started"),
+            str(int(mine["state_rose"].sum())), _fmt(row["total_min"] if row is not None else None, ".1f"),
+            _fmt(row["settle_share"] if row is not None else None, ".0%"), stops.get(s.device, "not started"),
         )
     return table
+
+
+def budget_note(spent: pd.DataFrame, stops: dict[str, str], verdicts: pd.DataFrame) -> list[str]:
+    """What the plan's device-time budget allowed, for each device it stopped."""
+    notes = []
+    for row in spent.to_dict("records"):
+        if stops.get(str(row["device"])) != "budget":
+            continue
+        mine = verdicts[verdicts["device"] == row["device"]]
+        n = _fmt(mine[["n_baseline", "n_candidate"]].min().min() if len(mine) else 0, ".0f")
+        mde = f"; smallest detectable effect {_fmt(mine['mde'].max(), '.1%')}" if len(mine) else ""
+        notes.append(f"{row['device']}: the device-time budget ({row['budget_min']:g} min) stopped it after "
+                     f"{row['total_min']:.1f} device-min with {n} launches per arm: the verdicts above are what "
+                     f"it allowed{mde}")
+    return notes
 
 
 def devices_table(rows: list[Any]) -> Table:

@@ -15,6 +15,7 @@ from typing import Any
 import pandas as pd
 
 from orchestrator.analysis.audit import RULE, audit, prefill_view
+from orchestrator.analysis.devicetime import decided_in, device_time, prepare_seconds
 from orchestrator.analysis.summary import family_words, verdicts
 from orchestrator.config.candidates import CeilingTable
 from orchestrator.report import plots
@@ -44,6 +45,7 @@ class Report:
     nightly: NightlyView | None
     figures: dict[str, bytes] = field(default_factory=dict)  # name -> PNG
     chips: dict[str, str] = field(default_factory=dict)  # device -> chip class (device_chips)
+    device_time: pd.DataFrame = field(default_factory=pd.DataFrame)  # per device (analysis.devicetime)
 
 
 def token_gates(manifest: Manifest, records: list[Any]) -> pd.DataFrame:
@@ -106,6 +108,10 @@ def collect(run: RunDir, ceilings: CeilingTable | None, history: Path | None = N
     manifest, records = run.manifest(), run.records()
     trials = trial_rows(manifest, records)
     table = verdicts(trials, manifest.plan, seed=manifest.seed) if len(trials) else pd.DataFrame()
+    prepare_s = prepare_seconds(records)
+    if len(table):
+        table = table.assign(device_min=decided_in(table, trials, prepare_s))
+    spent = device_time(trials, prepare_s, [s.device for s in manifest.sessions], manifest.plan.budget_minutes)
     ended: dict[str, str] = {d: str(s.reason) for d, s in stops(records).items()}
     ok = trials[trials["status"] == "ok"] if len(trials) else trials
     aud = audit(trials, manifest, ceilings, seed=manifest.seed) if ceilings is not None and len(ok) else None
@@ -115,7 +121,7 @@ def collect(run: RunDir, ceilings: CeilingTable | None, history: Path | None = N
     report = Report(run=run, manifest=manifest, trials=trials, verdicts=table, stops=ended, audit=aud, prefill=pre,
                     gates=token_gates(manifest, records), reference_gates=_reference_gates(run, records),
                     failures=failures,
-                    nightly=_nightly(history, manifest), chips=device_chips(manifest, records))
+                    nightly=_nightly(history, manifest), chips=device_chips(manifest, records), device_time=spent)
     arms = [a.name for a in manifest.plan.arms]
     if len(trials):
         if len(ok):
@@ -155,7 +161,8 @@ def headline(report: Report) -> list[str]:
     for r in report.verdicts.to_dict("records"):
         ratio = _f(r["ratio"], ".3f")
         out.append(f"**{r['device']}** ({report.chips.get(str(r['device']), '')}): {r['candidate']} vs "
-                   f"{r['baseline']}: **{r['verdict']}** (ratio {ratio}, p={_f(r['p_adjusted'], '.4f')})")
+                   f"{r['baseline']}: **{r['verdict']}** (ratio {ratio}, p={_f(r['p_adjusted'], '.4f')}; "
+                   f"{_f(r.get('device_min'), '.0f')} device-min)")
     return out
 
 
@@ -163,7 +170,7 @@ VERDICT_COLS = {
     "device": ("device", ""), "comparison": ("comparison", ""), "n": ("n (cand/base)", ""),
     "median_baseline": ("baseline tok/s", ".1f"), "median_candidate": ("candidate tok/s", ".1f"),
     "ci": ("ratio [CI]", ""), "p_adjusted": ("p", ".4f"), "sigma": ("σ", ".1%"), "mde": ("MDE", ".1%"),
-    "verdict": ("verdict", ""),
+    "verdict": ("verdict", ""), "device_min": ("device min", ".1f"),
 }
 
 
@@ -181,19 +188,28 @@ def verdict_frame(report: Report) -> pd.DataFrame:
 
 def sessions_frame(report: Report) -> pd.DataFrame:
     rows = []
+    spent = report.device_time.set_index("device") if len(report.device_time) else None
     for s in report.manifest.sessions:
         mine = report.trials[report.trials["device"] == s.device] if len(report.trials) else report.trials
         ok = int((mine["status"] == "ok").sum()) if len(mine) else 0
         rows.append({"device": s.device, "chip": report.chips.get(s.device, ""), "planned": len(s.trials),
                      "ok": ok, "failed": len(mine) - ok, "settle": _f(mine["settle_waited_s"].median(), ".0f")
                      if len(mine) else "-", "rose": int(mine["state_rose"].sum()) if len(mine) else 0,
-                     "session": report.stops.get(s.device, "not started")})
+                     "session": report.stops.get(s.device, "not started"), "device_min": "-", "settle_share": "-",
+                     "split": "-"})
+        if spent is not None and s.device in spent.index:
+            row = spent.loc[s.device]
+            rows[-1].update(device_min=_f(row["total_min"], ".1f"), settle_share=_f(row["settle_share"], ".0%"),
+                            split=" / ".join(_f(row[k], ".1f") for k in ("prepare_min", "settle_min", "launch_min",
+                                                                         "measured_min", "retry_min")))
     return pd.DataFrame(rows)
 
 
 SESSION_COLS = {"device": ("device", ""), "chip": ("chip", ""), "planned": ("planned", "d"), "ok": ("ok", "d"),
                 "failed": ("failed", "d"), "settle": ("median settle wait s", ""),
-                "rose": ("thermal state rose", "d"), "session": ("session ended", "")}
+                "rose": ("thermal state rose", "d"), "device_min": ("device min", ""),
+                "settle_share": ("settle share", ""),
+                "split": ("prepare / settle / launch / measured / retry min", ""), "session": ("session ended", "")}
 AUDIT_COLS = {"device": ("device", ""), "arm": ("arm", ""), "decode_tok_s": ("tok/s", ".1f"),
               "effective_gb_s": ("effective GB/s", ".1f"), "ceiling_gb_s": ("ceiling GB/s", ".1f"),
               "ratio": ("of ceiling", ".0%"), "ceiling_tok_s": ("tok/s at ceiling", ".1f"),

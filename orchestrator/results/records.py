@@ -87,6 +87,7 @@ class PreparedRecord(_Rec):
     model_sha256: str | None = None
     tuning: dict[str, str] = Field(default_factory=dict, description="Arm -> its tuning table as the specs name it")
     chip_class: str | None = Field(default=None, description="The device's own answer (info()), e.g. an iPhone's")
+    seconds: float = Field(default=0.0, ge=0, description="Device time info() and prepare took (installs, pushes)")
     wall: float
 
 
@@ -115,6 +116,8 @@ class AttemptFailed(_Rec):
     failure: TrialFailure
     will_retry: bool
     wall: float
+    settle_waited_s: float = Field(default=0.0, ge=0, description="The settle wait before this attempt")
+    duration_s: float = Field(default=0.0, ge=0, description="The attempt's launch, as the device clock saw it")
 
 
 class TrialRecord(_Rec):
@@ -157,9 +160,9 @@ class LookRecord(_Rec):
 
 StopReason = Literal[
     "completed", "decided", "futile", "settle_timeout", "device_unavailable", "too_many_failures", "prepare_failed",
-    "interrupted", "backend_error",
+    "interrupted", "backend_error", "budget",
 ]
-EARLY_STOPS = ("decided", "futile")  # planned ends: the rule said stop
+EARLY_STOPS = ("decided", "futile", "budget")  # planned ends: the rule (or the plan's device-time budget) said stop
 
 
 class SessionStopped(_Rec):

@@ -21,6 +21,7 @@ from typing import Any
 import pandas as pd
 from pydantic import ValidationError
 
+from orchestrator.protocol import TrialResult
 from orchestrator.results.journal import Reading, read_records
 from orchestrator.results.records import (
     AttemptFailed,
@@ -81,6 +82,10 @@ class RunDir:
     @property
     def gates_path(self) -> Path:
         return self.path / "token_gates.csv"
+
+    @property
+    def device_time_path(self) -> Path:
+        return self.path / "device_time.csv"
 
     def fresh(self, derived: Path) -> bool:
         """A table derived from the journal is current: written after the journal's last record."""
@@ -219,6 +224,10 @@ def trial_rows(manifest: Manifest, records: list[Record]) -> pd.DataFrame:
     arms = {a.name: a for a in manifest.plan.arms}
     probes = {r.device: r.probe.gb_s for r in records if isinstance(r, ProbeRecord)}
     chips = device_chips(manifest, records)
+    retried: dict[tuple[str, str], float] = {}  # failed attempts before the final one: settle + launch
+    for r in records:
+        if isinstance(r, AttemptFailed):
+            retried[r.device, r.trial_id] = retried.get((r.device, r.trial_id), 0.0) + r.settle_waited_s + r.duration_s
     rows: list[dict[str, Any]] = []
     for rec in records:
         if not isinstance(rec, TrialRecord):
@@ -252,6 +261,9 @@ def trial_rows(manifest: Manifest, records: list[Record]) -> pd.DataFrame:
             "settle_waited_s": rec.settle.waited_s,
             "probe_gb_s": probes.get(rec.device),
             "t_start_s": rec.t_start, "duration_s": rec.duration_s,
+            "measured_s": min(measured_s(res), rec.duration_s) if res else 0.0,
+            "launch_s": rec.duration_s - (min(measured_s(res), rec.duration_s) if res else 0.0),
+            "retry_s": retried.get((rec.device, rec.trial_id), 0.0),
             "wall_start": datetime.fromtimestamp(rec.wall, UTC),
         })
     frame = pd.DataFrame(rows, columns=_COLUMNS)
@@ -263,8 +275,14 @@ _COLUMNS = [
     "failure_kind", "failure_message", "decode_tok_s", "prefill_tok_s", "ttft_s", "warm_decode_tok_s",
     "bytes_per_decode_token", "bytes_per_prefill_token", "effective_gb_s", "chunk_width", "engine_version",
     "harness_build", "thermal_before", "thermal_after", "state_rose", "battery_before_c", "battery_after_c",
-    "settle_waited_s", "probe_gb_s", "t_start_s", "duration_s", "wall_start",
+    "settle_waited_s", "probe_gb_s", "t_start_s", "duration_s", "measured_s", "launch_s", "retry_s", "wall_start",
 ]
+
+
+def measured_s(result: TrialResult) -> float:
+    """The timed part of a launch: each generation from submit to its last token (trial1, warm ones)."""
+    gens = [g for g in (result.trial1, *result.warm) if g is not None]
+    return sum(g.token_times_ns[-1] for g in gens if g.token_times_ns) * 1e-9
 
 
 def stops(records: list[Record]) -> dict[str, SessionStopped]:

@@ -12,6 +12,7 @@ from orchestrator.results.records import (
     AttemptFailed,
     LookRecord,
     Manifest,
+    PreparedRecord,
     ProbeRecord,
     Record,
     SessionStopped,
@@ -29,6 +30,7 @@ def resume_state(manifest: Manifest, records: list[Record]) -> dict[str, Session
     for rec in records:
         if isinstance(rec, TrialRecord):
             st = states[rec.device]
+            st.used_s += rec.settle.waited_s + rec.duration_s
             st.done.add(rec.trial_id)
             st.attempts.pop(rec.trial_id, None)
             if rec.result is not None:
@@ -37,6 +39,9 @@ def resume_state(manifest: Manifest, records: list[Record]) -> dict[str, Session
                     st.values.setdefault(rec.arm, []).append((rec.block, v))
         elif isinstance(rec, AttemptFailed):
             states[rec.device].attempts[rec.trial_id] = rec.attempt
+            states[rec.device].used_s += rec.settle_waited_s + rec.duration_s
+        elif isinstance(rec, PreparedRecord):
+            states[rec.device].used_s += rec.seconds
         elif isinstance(rec, LookRecord):
             states[rec.device].looks_done = rec.look + 1
         elif isinstance(rec, ProbeRecord):

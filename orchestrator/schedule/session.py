@@ -48,6 +48,7 @@ class SessionState:
     values: dict[str, list[tuple[int, float]]] = field(default_factory=dict)  # arm -> (block, statistic)
     looks_done: int = 0
     probed: bool = False
+    used_s: float = 0.0  # device time spent so far: prepare, settle waits, launches (all attempts)
 
 
 @dataclass
@@ -77,11 +78,14 @@ class Session:
         return reason
 
     async def _run(self) -> tuple[StopReason, str]:
+        t0 = self.clock.now()
         try:
             info = await self.device.info()
             report = await self.device.prepare(self.artifacts, progress=self._pushing)
         except DeviceUnavailable as exc:
             return "prepare_failed", f"{exc}" + (f" ({exc.fix})" if exc.fix else "")
+        prepared_s = round(self.clock.now() - t0, 6)
+        self.state.used_s += prepared_s
         wanted = self.artifacts.model
         placed = report.path_of(wanted) if wanted else None
         if wanted and placed is None:
@@ -93,13 +97,15 @@ class Session:
         sha = next((f.sha256 for f in self.artifacts.files if f.name == wanted), None)
         self._emit(PreparedRecord(device=self.schedule.device, installed=report.installed, skipped=report.skipped,
                                   files=report.files, model=self.model, model_sha256=sha, tuning=self.tuning,
-                                  chip_class=info.chip_class, wall=self.clock.wall()))
+                                  chip_class=info.chip_class, seconds=prepared_s, wall=self.clock.wall()))
         if self.plan.probe and not self.state.probed:
             await self._probe()
         gate, failures_in_row = SettleGate(self.plan.settle, self.clock), 0
         for trial in self.schedule.trials:
             if trial.trial_id in self.state.done:
                 continue
+            if (spent := self._budget_spent()) is not None:
+                return "budget", spent
             outcome = await self._trial(trial, gate)
             if isinstance(outcome, str):
                 return outcome, f"before {trial.trial_id}"
@@ -135,6 +141,7 @@ class Session:
                 outcome = TrialFailure(kind="launch_failed", message=f"backend raised {type(exc).__name__}: {exc}")
             gate.trial_ended()
             duration = self.clock.now() - t0
+            self.state.used_s += settle.waited_s + duration
             retry = self.plan.retry
             if (
                 isinstance(outcome, TrialFailure)
@@ -143,7 +150,8 @@ class Session:
             ):
                 self._emit(AttemptFailed(
                     device=self.schedule.device, trial_id=trial.trial_id, attempt=attempt, failure=outcome,
-                    will_retry=True, wall=self.clock.wall(),
+                    will_retry=True, wall=self.clock.wall(), settle_waited_s=settle.waited_s,
+                    duration_s=round(duration, 6),
                 ))
                 await self.clock.sleep(retry.backoff_s)
                 continue
@@ -185,6 +193,15 @@ class Session:
             tuning=dict(arm.engine), clear_caches=list(t.clear_caches),
             tuning_table=self.tuning.get(arm.name, arm.tuning_table),  # a sim: the plan's path, as a label
         )
+
+    def _budget_spent(self) -> str | None:
+        """Why no further trial starts: the plan's device-time budget is used up (None while it is not)."""
+        budget = self.plan.budget_minutes
+        if budget is None or self.state.used_s < budget * 60:
+            return None
+        n = min((len(self.state.values.get(a.name, [])) for a in self.plan.arms), default=0)
+        return (f"device-time budget {budget:g} min spent ({self.state.used_s / 60:.1f} min) with {n} launches per "
+                "arm measured")
 
     def _look(self) -> StopReason | None:
         """Group-sequential looks: stop when every pair is decided or futile (adaptive: answered)."""
