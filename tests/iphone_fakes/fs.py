@@ -25,7 +25,6 @@ class FakeFs:
         self.mtime: dict[str, float] = {}
         self.seen: list[str] = []
         self.capacity = capacity  # the volume's size: what FSFreeBytes counts down from
-        self.written = 0  # bytes that arrived through WRITE
         for d in dirs:
             self.makedirs(d)
 
@@ -174,7 +173,6 @@ async def serve_afc(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, 
                 status = NO_SPACE_LEFT
             elif path in fs.files:  # written through: a connection cut mid-file leaves what arrived
                 fs.files[path] += data
-                fs.written += len(data)
         elif op == FILE_CLOSE:
             (handle,) = struct.unpack("<Q", payload[:8])
             handles.pop(handle)

@@ -44,8 +44,7 @@ class FakePhone:
     def __init__(self, udid: str = "00008140-000A1B2C3D4E5F60", product_type: str = "iPhone17,1",
                  ios: str = "18.5"):
         self.udid, self.product_type, self.ios = udid, product_type, ios
-        self.plugged = self.paired = True
-        self.locked = False
+        self.plugged = True
         self.developer_mode = True
         self.ddi_mounted = True
         self.refused: set[str] = set()  # services whose start the phone refuses (StartServiceError)
@@ -60,9 +59,7 @@ class FakePhone:
         self.media = FakeFs("/PublicStaging")
         self.crashes = FakeFs()
         self.installs: list[str] = []
-        self.install_error: str | None = None
         self.launches: list[tuple[str, list[str]]] = []
-        self.vended: list[tuple[str, str]] = []
         self.running: set[int] = set()
         self.liveness_checks = 0  # isRunningPid calls
         self.termination_notices = True  # False: DVT's termination message is lost
@@ -94,12 +91,8 @@ class FakePhone:
     def check(self, name: str | None = None) -> None:
         if not self.plugged:
             raise pmd.ConnectionTerminatedError()
-        if not self.paired:
-            raise pmd.NotPairedError()
         if name is None:
             return
-        if self.locked:
-            raise pmd.PasswordRequiredError("The device is protected with a passcode. Unlock it and try again.")
         if name.removesuffix(".shim.remote") in DEVELOPER_SERVICES and not self.ddi_mounted:
             raise pmd.InvalidServiceError("InvalidService", self.udid, self.ios)
         if name.removesuffix(".shim.remote") in self.refused:
@@ -121,8 +114,6 @@ class FakePhone:
 
     # -- the app ---------------------------------------------------------------------------------
     def launch(self, pc: dvt.PhoneProcessControl, bundle: str, args: list[str], options: dict[str, Any]) -> int:
-        if self.locked:
-            raise dvt.refuse(f"The request to open {bundle} failed: the device was not, or could not be, unlocked")
         if bundle not in self.apps:
             raise dvt.refuse(f"Unable to launch {bundle}: no such application")
         self._next_pid += 1
@@ -207,8 +198,12 @@ class FakePhone:
             "engine_version": "fake-1", "harness_build": "fake-build", "model": spec["model"],
             "prompt_tokens": spec["prompt_tokens"], "chunk_width": spec["chunk_width"],
         }
-        # as the real app (HarnessCore's AppLaunch): the model is relative to Documents and must be there
-        if fs is None or spec["model"].startswith("/") or fs.read("/Documents/" + spec["model"]) is None:
+        # as the real app (HarnessCore's AppDocuments): the model is relative to Documents and must be there
+        if spec["model"].startswith("/"):
+            return json.dumps({**base, "status": "error", "error": {
+                "kind": "bad_spec", "message": f"model: '{spec['model']}' is absolute; paths are relative to the "
+                "app's Documents"}}).encode()
+        if fs is None or fs.read("/Documents/" + spec["model"]) is None:
             return json.dumps({**base, "status": "error", "error": {
                 "kind": "model_not_found", "message": f"no model at {spec['model']}"}}).encode()
         if spec["engine"] not in self.engines:
@@ -283,14 +278,11 @@ class FakeConnector:
     def __init__(self, phone: FakePhone):
         self.phone = phone
         self.tunnel_error: Exception | None = None
-        self.resets = 0
         self._lockdown: FakeLockdown | None = None
 
     async def lockdown(self) -> LockdownServiceProvider:
         if not self.phone.plugged:
             raise pmd.NoDeviceConnectedError()
-        if not self.phone.paired:
-            raise pmd.NotPairedError(f"{self.phone.udid} does not trust this computer")
         if self._lockdown is None:
             self._lockdown = FakeLockdown(self.phone)
         return self._lockdown
@@ -302,7 +294,6 @@ class FakeConnector:
         return lockdown
 
     async def reset(self) -> None:
-        self.resets += 1
         self._lockdown = None
 
 

@@ -73,9 +73,6 @@ def _installation_proxy(phone: FakePhone, request: dict[str, Any]) -> list[dict[
         found = {b: _app_record(a) for b, a in phone.apps.items() if wanted is None or b in wanted}
         return [{"LookupResult": found, "Status": "Complete"}]
     if command in ("Install", "Upgrade"):
-        if phone.install_error:
-            return [{"Status": "CreatingStagingDirectory", "PercentComplete": 5},
-                    {"Error": phone.install_error, "ErrorDescription": "the phone said no"}]
         package = phone.media.read(request["PackagePath"])
         try:
             with zipfile.ZipFile(io.BytesIO(package or b"")) as z:
@@ -109,7 +106,6 @@ async def _house_arrest(phone: FakePhone, reader: asyncio.StreamReader, writer: 
     if request.get("Command") not in ("VendContainer", "VendDocuments") or bundle not in phone.apps:
         await send_plist(writer, {"Error": "ApplicationLookupFailed"})
         return
-    phone.vended.append((bundle, request["Command"]))
     await send_plist(writer, {"Status": "Complete"})
     fs: FakeFs = phone.containers[bundle]
     await serve_afc(reader, writer, fs)
