@@ -44,10 +44,14 @@ def _forget_this_host(p: Phone) -> None:
 
 
 def _restarted_not_unlocked(p: Phone) -> None:
-    """Restarted and not unlocked since: lockdown refuses services with PasswordProtected. (A phone
-    locked after its first unlock still starts services; only its app launches fail, see
-    test_twin_backend.)"""
+    """Restarted and not unlocked since: lockdown refuses services with PasswordProtected."""
     p.locked, p.unlocked_since_boot = True, False
+
+
+def _locked_after_unlock(p: Phone) -> None:
+    """Locked after its first unlock: services still start, app launches fail; lockdown's
+    PasswordProtected value says so, and health reads it."""
+    p.locked = True
 
 
 def _developer_mode_off(p: Phone) -> None:
@@ -57,6 +61,7 @@ def _developer_mode_off(p: Phone) -> None:
 CHANGES: dict[str, Callable[[Phone], None]] = {
     "untrust": _forget_this_host,
     "lock": _restarted_not_unlocked,
+    "relock": _locked_after_unlock,
     "devmode": _developer_mode_off,
     "ddi": lambda p: setattr(p, "ddi_mounted", False),
 }
@@ -96,13 +101,14 @@ def health_of(tmp_path: Path, monkeypatch: Any, change: str, twin_over: dict[str
     ("unplug", {}, {}, "not_connected", "USB cable"),
     ("untrust", {}, {}, "not_trusted", "Trust"),
     ("lock", {}, {}, "locked", "unlock"),
+    ("relock", {}, {}, "locked", "unlock"),
     ("devmode", {}, {}, "developer_mode_off", "Developer Mode"),
     ("ddi", {}, {}, "ddi_missing", "mounter auto-mount"),
     # iOS 17.0-17.3 has no CoreDeviceProxy: pymobiledevice3 cannot build the userspace tunnel
     ("none", {"ios": "17.2"}, {"tunnel": "userspace"}, "tunnel_unavailable", "tunneld"),
     # tunneld is not running where the fleet says (a port nobody listens on)
     ("none", {"ios": "18.2"}, {"tunneld_address": "DEAD"}, "tunnel_unavailable", "sudo pymobiledevice3 remote tunneld"),
-], ids=["unplugged", "untrusted", "locked", "devmode_off", "no_ddi", "no_userspace_tunnel", "no_tunneld"])
+], ids=["unplugged", "untrusted", "locked", "relocked", "devmode_off", "no_ddi", "no_userspace_tunnel", "no_tunneld"])
 def test_each_state_names_its_fix(tmp_path: Path, monkeypatch: Any, dead_port: int, change: str,
                                   twin_over: dict[str, Any], device_over: dict[str, Any], state: str,
                                   fix_says: str) -> None:

@@ -122,11 +122,17 @@ class IphoneDevice(Device):
         return Health(state="ok")
 
     async def _check_health(self) -> None:
+        from pymobiledevice3.exceptions import MissingValueError
         from pymobiledevice3.services.mobile_image_mounter import MobileImageMounterService, image_type_for_device
 
         lockdown = await self._lockdown("connect")
         t, fix = self.cfg.call_timeout_s, fixes(self.cfg.udid)
         try:
+            # locked after its first unlock, a phone still starts services (only launches fail); lockdown's
+            # PasswordProtected says whether it is locked now (a phone that does not say is not held up)
+            with contextlib.suppress(MissingValueError):
+                if await call(lockdown.get_value(key="PasswordProtected"), t, "read the lock state") is True:
+                    raise DeviceUnavailable(f"{self.id}: the phone is locked", fix["locked"], "locked")
             if lockdown.has_developer_mode and not await call(
                 lockdown.get_developer_mode_status(), t, "read Developer Mode"
             ):
