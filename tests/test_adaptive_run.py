@@ -29,7 +29,7 @@ runner = CliRunner()
      "decision.adaptive.look_every: Input should be less than or equal to 2000"),
     ("decision: {adaptive: {efficacy: haybittle}}", 6, "decision.adaptive.efficacy: Input should be 'pocock' or"),
     ("decision: {adaptive: {first_look: 15}}", 6,
-     "decision: adaptive: first_look (15) and look_every (4) must be even with order abba (a look ends a block)"),
+     "decision: adaptive: first_look (15) and look_every (4) must be even with order abba-baab (a look ends a block)"),
     ("decision: {estimator: mean}", 6, "decision.estimator: Input should be 'hodges_lehmann' or 'median'"),
     ("decision:\n  sequential: {looks: [12]}\n  adaptive: {first_look: 12}", 6,
      "decision: sequential and adaptive are two designs: give one (adaptive: null for sequential)"),

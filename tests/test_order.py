@@ -9,13 +9,22 @@ from conftest import plan_with
 from orchestrator.schedule import session_plan, williams
 
 
-def test_abba_blocks_with_a_recorded_seeded_coin() -> None:
-    plan = plan_with(blocks=6)
+def test_the_default_order_alternates_abba_with_baab() -> None:
+    assert plan_with().order == "abba-baab"
+
+
+@pytest.mark.parametrize(("order", "blocks"), [("abba", [["a", "b", "b", "a"]] * 6),
+                                               ("abba-baab", [["a", "b", "b", "a"], ["b", "a", "a", "b"]] * 3)])
+def test_abba_blocks_with_a_recorded_seeded_coin(order: str, blocks: list[list[str]]) -> None:
+    plan = plan_with(blocks=6, order=order)
     coins = set()
     for device in ("d1", "d2", "d3", "d4", "d5", "d6"):
         sp = session_plan(plan, device, seed=1)
         a, b = sp.arm_order
-        assert [t.arm for t in sp.trials] == [a, b, b, a] * 6
+        arms = [t.arm for t in sp.trials]
+        assert arms == [{"a": a, "b": b}[x] for block in blocks for x in block]
+        if order == "abba-baab":  # no block starts with the arm the one before it ended with
+            assert all(arms[i] != arms[i - 1] for i in range(4, 24, 4))
         assert [t.block for t in sp.trials] == [i // 4 for i in range(24)]
         assert sp.trials[0].arm == ("base" if sp.coin == 0 else "cand")
         assert session_plan(plan, device, seed=1) == sp, "the same seed gives the same order"

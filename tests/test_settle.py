@@ -90,3 +90,17 @@ def test_sleeping_exactly_the_gap_is_not_defeated_by_rounding() -> None:
         gate.last_end = start - 0.3
         s = asyncio.run(gate.wait(Scripted(clock, cool)))
         assert s.settled and s.polls == 2 and abs(s.waited_s - 89.7) < 1e-3
+
+
+def test_a_timeout_a_rounding_error_away_still_ends_on_a_virtual_clock() -> None:
+    """Start at a time where start + 600 is not exactly reachable in 10 s steps (the float sum lands a
+    hair short): the gate must give up at the timeout, not sleep 2e-13 s forever."""
+    clock = VirtualClock(start=1467.1004870844138)
+    gate = SettleGate(SettlePolicy(timeout_s=600, poll_s=10), clock)
+
+    async def bounded() -> object:
+        return await asyncio.wait_for(gate.wait(Scripted(clock, lambda t: None)), 10)
+
+    s = asyncio.run(bounded())
+    assert not s.settled and s.blocking[0].startswith("device unavailable")  # type: ignore[attr-defined]
+    assert abs(s.waited_s - 600) < 1e-3  # type: ignore[attr-defined]

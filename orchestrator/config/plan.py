@@ -34,6 +34,7 @@ MAX_LAUNCHES_PER_ARM = 2 * MAX_BLOCKS
 # Resampling: each comparison builds (values x resamples) matrices; this keeps launches per arm x
 # resamples at what a laptop holds (about 200 MB at the limit, a few seconds per comparison).
 MAX_RESAMPLES = 100_000
+PAIRED = ("abba-baab", "abba")  # the two-arm orders: 2 launches per arm per block
 MAX_RESAMPLING_WORK = 10_000_000
 
 # What an arm passes to the engine: numbers as the harness reads them (Int64, finite doubles of a
@@ -209,7 +210,9 @@ class Plan(Strict):
         default=60, ge=6, le=MAX_BLOCKS, description=">= 6: with 5 blocks no p < 0.05 is reachable; the cap of an "
         "adaptive decision (ABBA x 60 = 120 launches per arm: what equivalence within 3% at 6% noise needs)"
     )
-    order: Literal["abba", "williams"] = "abba"
+    order: Literal["abba-baab", "abba", "williams"] = Field(
+        default="abba-baab", description="2 arms: ABBA blocks alternating with BAAB (every block boundary changes "
+        "arm), or ABBA repeated; more arms: williams")
     settle: SettlePolicy = SettlePolicy()
     decision: DecisionRule = DecisionRule()
     retry: RetryPolicy = RetryPolicy()
@@ -237,10 +240,10 @@ class Plan(Strict):
         if blocks is None or order is None:
             return rule  # reported where they are
         adaptive = rule.adaptive
-        if adaptive is not None and order == "abba" and (adaptive.first_look % 2 or adaptive.look_every % 2):
+        if adaptive is not None and order in PAIRED and (adaptive.first_look % 2 or adaptive.look_every % 2):
             raise ValueError(f"adaptive: first_look ({adaptive.first_look}) and look_every ({adaptive.look_every}) "
-                             "must be even with order abba (a look ends a block)")
-        launches = blocks * (2 if order == "abba" else 1)
+                             f"must be even with order {order} (a look ends a block)")
+        launches = blocks * (2 if order in PAIRED else 1)
         if launches * rule.resamples > MAX_RESAMPLING_WORK:
             raise ValueError(
                 f"{launches} launches per arm x {rule.resamples} resamples is more than {MAX_RESAMPLING_WORK:,}: "
@@ -250,8 +253,8 @@ class Plan(Strict):
 
     @model_validator(mode="after")
     def _order_fits(self) -> Plan:
-        if self.order == "abba" and len(self.arms) != 2:
-            raise ValueError(f"order abba needs exactly 2 arms (got {len(self.arms)}); use order: williams")
+        if self.order in PAIRED and len(self.arms) != 2:
+            raise ValueError(f"order {self.order} needs exactly 2 arms (got {len(self.arms)}); use order: williams")
         seq = self.decision.sequential
         if seq is not None and seq.looks[-1] > self.launches_per_arm():
             raise ValueError(
@@ -261,7 +264,7 @@ class Plan(Strict):
         return self
 
     def launches_per_arm(self) -> int:
-        return self.blocks * (2 if self.order == "abba" else 1)
+        return self.blocks * (2 if self.order in PAIRED else 1)
 
     def arm(self, name: str) -> Arm:
         return next(a for a in self.arms if a.name == name)

@@ -1,4 +1,5 @@
-"""Trial order: fixed ABBA blocks for two arms, a Williams design for more; coin flip recorded."""
+"""Trial order: ABBA blocks (alternating with BAAB by default) for two arms, a Williams design for more;
+coin flip recorded."""
 
 from __future__ import annotations
 
@@ -30,10 +31,13 @@ def session_plan(plan: Plan, device: str, seed: int) -> SessionPlan:
     """The whole session's order, fixed before the first trial and stored in the manifest."""
     rng = np.random.default_rng([seed, zlib.crc32(device.encode())])
     names = [a.name for a in plan.arms]
-    if plan.order == "abba":
+    if plan.order in ("abba", "abba-baab"):
         coin = int(rng.integers(2))
         order = names if coin == 0 else names[::-1]
-        pattern = [[0, 1, 1, 0]] * plan.blocks
+        # abba-baab: ABBA BAAB ABBA ...: a block never starts with the arm the last one ended with, so
+        # drift and AR(1) noise do not correlate neighbouring blocks' differences as ABBA ABBA does
+        alternate = plan.order == "abba-baab"
+        pattern = [[1, 0, 0, 1] if alternate and b % 2 else [0, 1, 1, 0] for b in range(plan.blocks)]
     else:
         coin = int(rng.integers(1 << 30))  # seeds the permutation of arms onto the design's letters
         order = [names[i] for i in np.random.default_rng(coin).permutation(len(names))]

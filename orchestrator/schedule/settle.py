@@ -38,7 +38,9 @@ class SettleGate:
             else:
                 blocking = self._blocking(reading, now)
             waited = now - start
-            if not blocking or waited >= self.policy.timeout_s:
+            # within a microsecond of the timeout is the timeout: a sleep of the float rounding left over
+            # would not move a virtual clock at all, and the gate would poll forever
+            if not blocking or waited >= self.policy.timeout_s - 1e-6:
                 return Settle(
                     settled=not blocking, waited_s=round(waited, 3), polls=polls, baseline_c=self.baseline,
                     before=reading, blocking=blocking,
