@@ -19,6 +19,7 @@ from pathlib import Path
 import pandas as pd
 
 from orchestrator.analysis.devicetime import decided_in, device_time, prepare_seconds
+from orchestrator.analysis.pooled import class_verdicts
 from orchestrator.analysis.summary import verdicts
 from orchestrator.artifacts import (
     artifacts_for,
@@ -58,6 +59,7 @@ from orchestrator.results.store import (
 from orchestrator.runtimes import RUNTIMES
 from orchestrator.runtimes.gating import gates_of
 from orchestrator.schedule import resume_state, run_sessions, session_plan
+from orchestrator.schedule.pool import classes, fleet_chips, share
 from orchestrator.schedule.session import Observer
 
 
@@ -204,11 +206,13 @@ def new_manifest(fleet: Fleet, plan: Plan, fleet_path: Path, plan_path: Path, se
     """Everything the run commits to before its first trial, the decision rule's hash included."""
     seed = plan.seed if seed is None else seed
     devices = [d.id for d in fleet.devices if plan.devices is None or d.id in plan.devices]
+    shares = {d: share(plan, len(members)) for members in classes(plan, fleet_chips(fleet), devices).values()
+              for d in members}
     return Manifest(
         run_id=new_run_id(plan.name), created=datetime.now(UTC).isoformat(timespec="seconds"), plan=plan,
         plan_file=str(plan_path), plan_sha256=_digest(plan.model_dump(mode="json")), rule_digest=plan.decision.digest(),
         fleet=fleet, fleet_file=str(fleet_path), seed=seed,
-        sessions=[session_plan(plan, d, seed) for d in devices], versions=_versions(),
+        sessions=[session_plan(plan, d, seed, shares.get(d)) for d in devices], versions=_versions(),
         model_sha256=sha256_file(model_file(plan)) if deploys(plan, fleet) else None,
         tuning_sha256={arm.name: sha256_file(path) for arm in plan.arms if (path := tuning_file(arm)) is not None},
     )
@@ -226,6 +230,7 @@ class RunOutcome:
     warnings: list[str] = field(default_factory=list)  # journal lines skipped; tables not written (and why)
     chips: dict[str, str] = field(default_factory=dict)  # device -> chip class, as the device said (device_chips)
     device_time: pd.DataFrame = field(default_factory=pd.DataFrame)  # per device: prepare, settle, launch, measured
+    class_verdicts: pd.DataFrame = field(default_factory=pd.DataFrame)  # pooled phones (pool_by): one per class
 
     @property
     def completed(self) -> bool:
@@ -269,7 +274,7 @@ async def execute(run: RunDir, *, observe: Observer = lambda d, r: None) -> RunO
             stream = manifest.seed + sum(1 for r in records if isinstance(r, RunStarted))
             await run_sessions(
                 manifest, journal, lambda d: open_device(manifest.fleet, d, stream=stream), states, observe=observe,
-                artifacts=artifacts,
+                artifacts=artifacts, records=records,
             )
             status = "completed" if all_ran(stop_reasons(manifest, run.records())) else "incomplete"
             journal.append(RunFinished(status=status, wall=datetime.now(UTC).timestamp()))
@@ -341,6 +346,7 @@ def _derive(run: RunDir, *, save: bool, why: str | None = None) -> RunOutcome:
     prepare_s = prepare_seconds(records)
     table = table.assign(device_min=decided_in(table, trials, prepare_s))
     spent = device_time(trials, prepare_s, [s.device for s in manifest.sessions], manifest.plan.budget_minutes)
+    pooled = class_verdicts(trials, manifest.plan, fleet_chips(manifest.fleet), seed=manifest.seed)
     if save:
         try:
             tmp = run.trials_path.with_name("trials.parquet.tmp")
@@ -348,6 +354,8 @@ def _derive(run: RunDir, *, save: bool, why: str | None = None) -> RunOutcome:
             os.replace(tmp, run.trials_path)
             write_atomic(run.verdicts_path, table.to_csv(index=False).encode())
             write_atomic(run.device_time_path, spent.to_csv(index=False).encode())
+            if len(pooled):
+                write_atomic(run.path / "class_verdicts.csv", pooled.to_csv(index=False).encode())
         except OSError as exc:
             run.trials_path.with_name("trials.parquet.tmp").unlink(missing_ok=True)
             save = False
@@ -355,4 +363,5 @@ def _derive(run: RunDir, *, save: bool, why: str | None = None) -> RunOutcome:
     gates = gates_of(run, records, save=save)
     return RunOutcome(run=run, manifest=manifest, stops=stop_reasons(manifest, records), trials=trials,
                       verdicts=table, details={d: s.detail for d, s in stops(records).items() if s.detail},
-                      gates=gates, warnings=warnings, chips=device_chips(manifest, records), device_time=spent)
+                      gates=gates, warnings=warnings, chips=device_chips(manifest, records), device_time=spent,
+                      class_verdicts=pooled)

@@ -29,6 +29,7 @@ from orchestrator.config.plan import Plan
 from orchestrator.report.console import (
     LiveProgress,
     budget_note,
+    class_table,
     devices_table,
     gates_table,
     session_table,
@@ -132,6 +133,8 @@ def _summary(outcome: core.RunOutcome) -> None:
         if reason not in ("completed", *EARLY_STOPS) and device in outcome.details:
             err.print(f"{device}: {reason}: {outcome.details[device]}", markup=False, highlight=False)
     out.print(verdict_table(outcome.verdicts, outcome.manifest, outcome.chips))
+    if len(outcome.class_verdicts):
+        out.print(class_table(outcome.class_verdicts))
     for note in budget_note(outcome.device_time, dict(outcome.stops), outcome.verdicts):
         out.print(note, markup=False, highlight=False)
     files = "journal.jsonl, trials.parquet, verdicts.csv, device_time.csv"

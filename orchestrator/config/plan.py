@@ -220,6 +220,10 @@ class Plan(Strict):
     probe: bool = Field(default=True, description="Measure each device's stream ceiling once per session (audit)")
     seed: Seed = 0
     nightly: NightlyAlarm | None = Field(default=None, description="Alarm thresholds for `orch nightly`")
+    pool_by: Literal["chip_class"] | None = Field(
+        default=None, description="Pool the phones of each chip class (the fleet's chip_class): each runs a share of "
+        "the blocks, the adaptive looks are taken on the class's values together (device as a stratum), and the "
+        "class gets one verdict beside each device's")
     budget_minutes: float | None = Field(
         default=None, gt=0, le=7 * 24 * 60, description="Device time each session may use (prepare, settle, "
         "launches), minutes: no trial starts once it is spent (stop reason `budget`); the verdicts are what it allowed")

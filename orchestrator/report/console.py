@@ -114,6 +114,23 @@ def session_table(trials: pd.DataFrame, stops: dict[str, str], manifest: Manifes
     return table
 
 
+def class_table(pooled: pd.DataFrame) -> Table:
+    """Pooled phones: one verdict per chip class and pair, with the class's heterogeneity."""
+    table = Table(title="Class verdicts (phones of a class pooled; blocks nested in devices)", title_justify="left")
+    for col in ("class", "phones", "comparison", "n", "ratio [CI]", "p", "verdict", "ratio by phone",
+                "heterogeneity"):
+        table.add_column(col, overflow="fold")
+    for row in pooled.to_dict("records"):
+        table.add_row(
+            str(row["chip_class"]), str(row["devices"]), f"{row['candidate']} vs {row['baseline']}",
+            f"{_fmt(row['n_candidate'], '.0f')}/{_fmt(row['n_baseline'], '.0f')}",
+            f"{_fmt(row['ratio'], '.3f')} [{_fmt(row['ci_low'], '.3f')}, {_fmt(row['ci_high'], '.3f')}]",
+            _fmt(row["p_value"], ".4f"), f"[{VERDICT_STYLE.get(str(row['verdict']), '')}]{row['verdict']}[/]",
+            str(row["effect_by_device"]), str(row["heterogeneous"] or "none found"),
+        )
+    return table
+
+
 def budget_note(spent: pd.DataFrame, stops: dict[str, str], verdicts: pd.DataFrame) -> list[str]:
     """What the plan's device-time budget allowed, for each device it stopped."""
     notes = []

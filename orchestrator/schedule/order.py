@@ -27,8 +27,10 @@ def williams(k: int) -> list[list[int]]:
     return rows if k % 2 == 0 else rows + [row[::-1] for row in rows]
 
 
-def session_plan(plan: Plan, device: str, seed: int) -> SessionPlan:
-    """The whole session's order, fixed before the first trial and stored in the manifest."""
+def session_plan(plan: Plan, device: str, seed: int, blocks: int | None = None) -> SessionPlan:
+    """The whole session's order, fixed before the first trial and stored in the manifest. ``blocks``:
+    this device's share when phones are pooled (default: the plan's)."""
+    blocks = plan.blocks if blocks is None else blocks
     rng = np.random.default_rng([seed, zlib.crc32(device.encode())])
     names = [a.name for a in plan.arms]
     if plan.order in ("abba", "abba-baab"):
@@ -37,12 +39,12 @@ def session_plan(plan: Plan, device: str, seed: int) -> SessionPlan:
         # abba-baab: ABBA BAAB ABBA ...: a block never starts with the arm the last one ended with, so
         # drift and AR(1) noise do not correlate neighbouring blocks' differences as ABBA ABBA does
         alternate = plan.order == "abba-baab"
-        pattern = [[1, 0, 0, 1] if alternate and b % 2 else [0, 1, 1, 0] for b in range(plan.blocks)]
+        pattern = [[1, 0, 0, 1] if alternate and b % 2 else [0, 1, 1, 0] for b in range(blocks)]
     else:
         coin = int(rng.integers(1 << 30))  # seeds the permutation of arms onto the design's letters
         order = [names[i] for i in np.random.default_rng(coin).permutation(len(names))]
         rows = williams(len(names))
-        pattern = [rows[b % len(rows)] for b in range(plan.blocks)]
+        pattern = [rows[b % len(rows)] for b in range(blocks)]
     trials, seq = [], 0
     for block, letters in enumerate(pattern):
         for letter in letters:

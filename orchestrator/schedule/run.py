@@ -19,6 +19,7 @@ from orchestrator.results.records import (
     StopReason,
     TrialRecord,
 )
+from orchestrator.schedule.pool import pools_for
 from orchestrator.schedule.session import Observer, Session, SessionState, Sink
 
 OpenDevice = Callable[[str], tuple[Device, Clock]]
@@ -67,9 +68,12 @@ async def run_sessions(
     *,
     observe: Observer = lambda device, record: None,
     artifacts: Mapping[str, Artifacts] | None = None,
+    records: list[Record] | None = None,
 ) -> dict[str, StopReason]:
     """Run the sessions in `states` concurrently; each device's trials strictly in planned order.
-    `artifacts`: what each device's prepare puts on it (by device id; none where absent)."""
+    `artifacts`: what each device's prepare puts on it (by device id; none where absent). `records`:
+    the journal so far (a resumed run), for the class pools of pooled phones."""
+    pools = pools_for(manifest, records or [], list(states))
 
     async def one(device_id: str) -> StopReason:
         device, clock = open_device(device_id)
@@ -77,6 +81,7 @@ async def run_sessions(
             run_id=manifest.run_id, plan=manifest.plan, schedule=manifest.session(device_id), device=device,
             clock=clock, journal=journal, state=states[device_id],
             artifacts=(artifacts or {}).get(device_id, Artifacts()), observe=observe, seed=manifest.seed,
+            pool=pools.get(device_id),
         )
         try:
             return await session.run()

@@ -29,6 +29,7 @@ from orchestrator.results.records import (
     StopReason,
     TrialRecord,
 )
+from orchestrator.schedule.pool import ClassPool
 from orchestrator.schedule.settle import SettleGate
 
 
@@ -65,6 +66,7 @@ class Session:
     seed: int = 0
     model: str | None = None  # the model as this device's programs name it, once prepare has placed it
     tuning: dict[str, str] = field(default_factory=dict)  # arm -> its tuning table as the device names it
+    pool: ClassPool | None = None  # the class this device answers with (pool_by), when pooled
 
     async def run(self) -> StopReason:
         try:
@@ -74,6 +76,9 @@ class Session:
             raise
         except Exception as exc:  # a backend bug stops this device's session, never the other devices
             reason, detail = "backend_error", f"{type(exc).__name__}: {exc}"
+        finally:
+            if self.pool is not None:  # the class's rounds no longer wait for this device
+                self.pool.leave(self.schedule.device)
         self._emit(SessionStopped(device=self.schedule.device, reason=reason, detail=detail, wall=self.clock.wall()))
         return reason
 
@@ -106,6 +111,8 @@ class Session:
                 continue
             if (spent := self._budget_spent()) is not None:
                 return "budget", spent
+            if self.pool is not None and self.pool.decided:
+                return "decided", self.pool.decided
             outcome = await self._trial(trial, gate)
             if isinstance(outcome, str):
                 return outcome, f"before {trial.trial_id}"
@@ -115,13 +122,17 @@ class Session:
                 assert last is not None
                 return "too_many_failures", f"{failures_in_row} trials in a row failed; last: {last.kind}: " \
                                             f"{last.message}"
-            if outcome.result is not None:
-                value = self.plan.decision.measure(outcome.result)
-                if value is not None:
-                    self.state.values.setdefault(trial.arm, []).append((trial.block, value))
-            stop = self._look()
+            value = self.plan.decision.measure(outcome.result) if outcome.result is not None else None
+            if value is not None:
+                self.state.values.setdefault(trial.arm, []).append((trial.block, value))
+            if self.pool is not None:
+                self.pool.record(self.schedule.device, trial.seq, trial.block, trial.arm, value)
+                stop = self._pooled_look()
+            else:
+                stop = self._look()
             if stop is not None:
-                return stop, f"sequential look {self.state.looks_done - 1}"
+                return stop, (self.pool.decided if self.pool is not None and self.pool.decided
+                              else f"sequential look {self.state.looks_done - 1}")
         return "completed", ""
 
     async def _trial(self, trial: ScheduledTrial, gate: SettleGate) -> TrialRecord | StopReason:
@@ -202,6 +213,19 @@ class Session:
         n = min((len(self.state.values.get(a.name, [])) for a in self.plan.arms), default=0)
         return (f"device-time budget {budget:g} min spent ({self.state.used_s / 60:.1f} min) with {n} launches per "
                 "arm measured")
+
+    def _pooled_look(self) -> StopReason | None:
+        """The class's look, taken by whichever member finished the round (journaled under its id)."""
+        assert self.pool is not None
+        taken = self.pool.look()
+        if taken is not None:
+            index, n, pairs = taken
+            self._emit(LookRecord(
+                device=self.schedule.device, look=index, n_per_arm=n,
+                action="decided" if self.pool.decided else "continue", wall=self.clock.wall(),
+                pairs=[LookPair(baseline=b, candidate=c, ratio=r, p_value=p, action=a) for b, c, r, p, a in pairs],
+            ))
+        return "decided" if self.pool.decided else None
 
     def _look(self) -> StopReason | None:
         """Group-sequential looks: stop when every pair is decided or futile (adaptive: answered)."""

@@ -1,0 +1,128 @@
+"""Pooled phones: the devices of one chip class answer one comparison together.
+
+With `pool_by: chip_class` each phone of a class runs its own interleaved, settled session on a share
+of the plan's blocks, and the adaptive looks are taken on the class's values together: blocks stay
+nested in their device (a block id is the device's index and its block), so every comparison is
+within a device's block and the device is a stratum. A look is taken at the end of a *round*: when
+every member still running has finished the trials with that sequence number, on the values of the
+trials up to it (the verdict table replays exactly these looks, `analysis.pooled`). Once the class
+has its answer, no member starts another trial.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from orchestrator.analysis.decision import ArmSample
+from orchestrator.analysis.pooled import pooled_block
+from orchestrator.analysis.sequential import adaptive_due, adaptive_looks, decide_at
+from orchestrator.config.fleet import Fleet
+from orchestrator.config.plan import Plan
+from orchestrator.results.records import LookRecord, Manifest, TrialRecord
+
+
+def fleet_chips(fleet: Fleet) -> dict[str, str]:
+    """Each device's class for pooling: the fleet's chip_class (a device without one is a class alone)."""
+    return {d.id: getattr(d, "chip_class", None) or d.id for d in fleet.devices}
+
+
+def classes(plan: Plan, chips: dict[str, str], devices: list[str]) -> dict[str, list[str]]:
+    """The plan's devices by class (pool_by), in fleet order; without pooling, none."""
+    if plan.pool_by is None:
+        return {}
+    out: dict[str, list[str]] = {}
+    for d in devices:
+        out.setdefault(chips.get(d) or d, []).append(d)
+    return out
+
+
+def share(plan: Plan, members: int) -> int:
+    """Blocks each of a class's ``members`` phones runs: the plan's blocks split between them."""
+    return max(6, math.ceil(plan.blocks / members))
+
+
+@dataclass
+class ClassPool:
+    name: str
+    members: list[str]
+    plan: Plan
+    seed: int = 0
+    values: dict[str, list[tuple[int, int, float]]] = field(default_factory=dict)  # arm -> (seq, block, value)
+    done: dict[str, int] = field(default_factory=dict)  # member -> highest seq finished
+    active: set[str] = field(default_factory=set)
+    next_round: int = 0
+    looks_done: int = 0
+    decided: str | None = None  # why the class stopped (the look's words)
+
+    def __post_init__(self) -> None:
+        self.active = set(self.members)
+
+    def record(self, device: str, seq: int, block: int, arm: str, value: float | None) -> None:
+        if value is not None:
+            self.values.setdefault(arm, []).append((seq, pooled_block(self.members.index(device), block), value))
+        self.done[device] = max(self.done.get(device, -1), seq)
+
+    def leave(self, device: str) -> None:
+        self.active.discard(device)
+
+    def look(self) -> tuple[int, int, list[tuple[str, str, float, float, str]]] | None:
+        """Every round the members have now finished, in order; at the first that reaches an interim
+        look: (look index, launches per arm, pairs as (baseline, candidate, ratio, p, action)). Sets
+        `decided` when every pair has its answer."""
+        rule, arms = self.plan.decision, [a.name for a in self.plan.arms]
+        if rule.adaptive is None or self.decided:
+            return None
+        frontier = min((self.done.get(d, -1) for d in self.active), default=-1)
+        cap = self.plan.launches_per_arm()
+        while self.next_round <= frontier:
+            upto, self.next_round = self.next_round, self.next_round + 1
+            n = min(sum(1 for s, _, _ in self.values.get(a, []) if s <= upto) for a in arms)
+            index = adaptive_due(rule, cap, n, after=self.looks_done - 1)
+            if index is None:
+                continue
+            samples = {a: _sample(a, [(b, v) for s, b, v in self.values.get(a, []) if s <= upto]) for a in arms}
+            family = [(samples[b], samples[c]) for i, b in enumerate(arms) for c in arms[i + 1:]]
+            at = adaptive_looks(rule, cap, family=len(family))[index]
+            comps = decide_at(family, rule, at, seed=self.seed)
+            pairs: list[tuple[str, str, float, float, str]] = [
+                (b.name, c.name, comp.ratio if comp else math.nan, comp.p_value if comp else math.nan,
+                 comp.verdict if comp and comp.verdict != "inconclusive" else "continue")
+                for (b, c), comp in zip(family, comps, strict=True)]
+            self.looks_done = index + 1
+            if all(p[4] != "continue" for p in pairs):
+                self.decided = f"class {self.name}: pooled look {index} at {n} launches per arm"
+            return index, n, pairs
+        return None
+
+
+def _sample(arm: str, values: list[tuple[int, float]]) -> ArmSample:
+    return ArmSample(name=arm, values=np.array([v for _, v in values], dtype=float),
+                     blocks=np.array([b for b, _ in values], dtype=int))
+
+
+def pools_for(manifest: Manifest, records: list[Any], running: list[str]) -> dict[str, ClassPool]:
+    """Each pooled device's class pool, with what the journal already holds (a resumed run): the
+    members' finished trials, the looks taken; members not running again have left."""
+    plan = manifest.plan
+    devices = [s.device for s in manifest.sessions]
+    out: dict[str, ClassPool] = {}
+    for name, members in classes(plan, fleet_chips(manifest.fleet), devices).items():
+        pool = ClassPool(name, members, plan, seed=manifest.seed)
+        for r in records:
+            if isinstance(r, TrialRecord) and r.device in members:
+                value = plan.decision.measure(r.result) if r.result is not None else None
+                pool.record(r.device, r.seq, r.block, r.arm, value)
+            elif isinstance(r, LookRecord) and r.device in members:
+                pool.looks_done = max(pool.looks_done, r.look + 1)
+                if r.action == "decided":
+                    pool.decided = f"class {name}: pooled look {r.look} at {r.n_per_arm} launches per arm"
+        for d in members:
+            if d not in running:
+                pool.leave(d)
+        pool.next_round = min((pool.done.get(d, -1) for d in pool.active), default=-1) + 1
+        out.update(dict.fromkeys(members, pool))
+    return out
