@@ -1,0 +1,155 @@
+"""Pooled phones on the simulated lab: a class of four answers as one (run on demand).
+
+Each repetition is a class of `--phones` simulated A19-class phones (default 4; their own seeds, one
+chip class per repetition so every class pools alone) under `pool_by: chip_class` with the default
+rule, through the real scheduler, settle gate, sessions, class pools and the class verdict table.
+Beside it, the same number of single phones with the same defaults (one phone answers alone). Cases:
+no difference, a true 5% gap, and a class where one phone's candidate is 8% off its siblings'
+(heterogeneity: how often the class table flags it). Wall time of a class = its slowest member's
+device time (they run in parallel); of a single phone = its own.
+
+Writes bench/results/pooled.md and .json. Usage: python bench/bench_pooled.py [--reps N] [--phones K]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import platform
+import sys
+from collections import Counter
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import numpy as np  # noqa: E402
+
+from orchestrator import app as core  # noqa: E402
+from orchestrator.analysis.pooled import class_verdicts  # noqa: E402
+from orchestrator.analysis.summary import verdicts  # noqa: E402
+from orchestrator.config import Fleet, Plan  # noqa: E402
+from orchestrator.devices import open_device  # noqa: E402
+from orchestrator.results import MemoryJournal  # noqa: E402
+from orchestrator.results.store import trial_rows  # noqa: E402
+from orchestrator.schedule import SessionState, run_sessions  # noqa: E402
+from orchestrator.schedule.pool import fleet_chips  # noqa: E402
+
+CASES = {"no difference": (0.0, None), "true 5% gap": (0.05, None), "one phone 8% off": (0.05, -0.03)}
+
+
+def fleet(reps: int, phones: int, gap: float, odd: float | None, seed0: int) -> Fleet:
+    devices = []
+    for r in range(reps):
+        for k in range(phones):
+            g = odd if (odd is not None and k == phones - 1) else gap
+            devices.append({
+                "id": f"c{r:03d}-p{k}", "kind": "sim", "chip_class": f"class-{r:03d}", "seed": seed0 + r * phones + k,
+                "bandwidth_gb_s": 60, "thermal": {"ambient_c": 24, "heat_c_per_s": 0.09},
+                "runtimes": {"coreai": {"decode_tok_s": 50.0}, "rawloop-metal": {"decode_tok_s": 50.0 * (1 + g)}},
+            })
+    return Fleet.model_validate({"name": "bench", "devices": devices})
+
+
+def plan(pooled: bool) -> Plan:
+    return Plan.model_validate({
+        "name": "bench", "model": "m", "seed": 2026, **({"pool_by": "chip_class"} if pooled else {}),
+        "arms": [{"name": "engine", "runtime": "coreai"}, {"name": "candidate", "runtime": "rawloop-metal"}],
+        "trial": {"prompt_tokens": 64, "decode_tokens": 128},
+    })
+
+
+def run(f: Fleet, p: Plan) -> tuple[Any, Any]:
+    manifest = core.new_manifest(f, p, Path("bench"), Path("bench"))
+    journal = MemoryJournal()
+    asyncio.run(run_sessions(manifest, journal, lambda d: open_device(f, d),
+                             {s.device: SessionState() for s in manifest.sessions}))
+    trials = trial_rows(manifest, journal.records)  # type: ignore[arg-type]
+    return manifest, trials
+
+
+def busy_hours(trials: Any) -> Any:
+    return trials.groupby("device").apply(
+        lambda t: float((t["settle_waited_s"] + t["duration_s"] + t["retry_s"]).sum()) / 3600, include_groups=False)
+
+
+def measure(case: str, reps: int, phones: int) -> dict[str, Any]:
+    gap, odd = CASES[case]
+    f = fleet(reps, phones, gap, odd, seed0=30_000 + int(1000 * gap) + (500 if odd is not None else 0))
+    p = plan(True)
+    manifest, trials = run(f, p)
+    table = class_verdicts(trials, p, fleet_chips(f), seed=manifest.seed)
+    hours = busy_hours(trials)
+    wall = hours.groupby(lambda d: d.split("-")[0]).max()
+    launches = trials.groupby("device").size() / 2
+    counts = Counter(table["verdict"])
+    out: dict[str, Any] = {
+        "case": case, "reps": reps, "phones": phones,
+        **{f"class_{v}": counts.get(v, 0) / reps for v in ("faster", "slower", "equivalent", "inconclusive")},
+        "class_wall_hours": float(wall.mean()), "class_device_hours": float(hours.sum() / reps),
+        "launches_per_arm_per_phone": float(launches.mean()),
+        "class_n_per_arm": float(table["n_baseline"].mean()),
+        "flagged_heterogeneous": float((table["heterogeneous"].fillna("") != "").mean()),
+    }
+    if odd is None:  # the same defaults, one phone alone per repetition
+        single = fleet(reps, 1, gap, None, seed0=40_000 + int(1000 * gap))
+        sp = plan(False)
+        m1, t1 = run(single, sp)
+        v1 = verdicts(t1, sp, seed=m1.seed)
+        c1 = Counter(v1["verdict"])
+        out.update({f"single_{v}": c1.get(v, 0) / reps for v in ("faster", "slower", "equivalent", "inconclusive")})
+        out["single_wall_hours"] = float(busy_hours(t1).mean())
+        out["wall_ratio"] = out["class_wall_hours"] / out["single_wall_hours"]
+    return out
+
+
+def ci95(rate: float, reps: int) -> str:
+    z = 1.96
+    centre = (rate + z * z / (2 * reps)) / (1 + z * z / reps)
+    half = z * np.sqrt(rate * (1 - rate) / reps + z * z / (4 * reps * reps)) / (1 + z * z / reps)
+    return f"{100 * max(0.0, centre - half):.1f}-{100 * min(1.0, centre + half):.1f}"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--reps", type=int, default=200)
+    ap.add_argument("--phones", type=int, default=4)
+    ap.add_argument("--cases", nargs="*", default=list(CASES))
+    args = ap.parse_args()
+    rows = []
+    for case in args.cases:
+        rows.append(measure(case, args.reps, args.phones))
+        print(json.dumps(rows[-1]), flush=True)
+    write(rows, args.reps, args.phones)
+
+
+def write(rows: list[dict[str, Any]], reps: int, phones: int) -> None:
+    out = ROOT / "bench" / "results"
+    meta = {"date": date.today().isoformat(), "machine": platform.machine(), "python": platform.python_version(),
+            "command": " ".join([".venv/bin/python", "bench/bench_pooled.py", *sys.argv[1:]])}
+    (out / "pooled.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
+    lines = [f"# Pooled phones on the simulated lab ({meta['date']}, {meta['machine']}, {meta['python']})", "",
+             f"Command: `{meta['command']}`", "",
+             f"{reps} classes of {phones} simulated A19-class phones per case (`pool_by: chip_class`, default rule), and",
+             f"{reps} single phones with the same defaults. Wall time: a class's slowest member (they run in parallel).",
+             "Rates with Wilson 95% intervals.", "",
+             "| case | class: faster | slower | equivalent | inconclusive | class n per arm | launches per arm per phone "
+             "| class wall h | single phone: faster / slower / equivalent | single wall h | wall ratio | flagged heterogeneous |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        cls = [f"{100 * r[f'class_{v}']:.1f}% ({ci95(r[f'class_{v}'], reps)})"
+               for v in ("faster", "slower", "equivalent", "inconclusive")]
+        single = (" / ".join(f"{100 * r[f'single_{v}']:.1f}%" for v in ("faster", "slower", "equivalent"))
+                  if "single_faster" in r else "-")
+        lines.append(f"| {r['case']} | {' | '.join(cls)} | {r['class_n_per_arm']:.1f} | "
+                     f"{r['launches_per_arm_per_phone']:.1f} | {r['class_wall_hours']:.2f} | {single} | "
+                     f"{r.get('single_wall_hours', float('nan')):.2f} | {r.get('wall_ratio', float('nan')):.2f} | "
+                     f"{100 * r['flagged_heterogeneous']:.1f}% |")
+    (out / "pooled.md").write_text("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()
