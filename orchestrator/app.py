@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from orchestrator.analysis import noise
 from orchestrator.analysis.devicetime import decided_in, device_time, prepare_seconds
 from orchestrator.analysis.pooled import class_verdicts
 from orchestrator.analysis.summary import verdicts
@@ -52,9 +53,11 @@ from orchestrator.results.store import (
     RunNotWritable,
     create_run,
     new_run_id,
+    read_registry,
     stops,
     trial_rows,
     write_atomic,
+    write_registry,
 )
 from orchestrator.runtimes import RUNTIMES
 from orchestrator.runtimes.gating import gates_of
@@ -283,6 +286,16 @@ async def execute(run: RunDir, *, observe: Observer = lambda d, r: None) -> RunO
         return _derive(run, save=True)  # after the journal's last record, so every derived table is current
 
 
+def _register_noise(run: RunDir, trials: pd.DataFrame, manifest: Manifest, chips: dict[str, str]) -> list[str]:
+    """An A/A run's noise into its results folder's registry; a device whose noise jumped, in words."""
+    new = noise.readings(trials, manifest, chips)
+    if not len(new):
+        return []
+    registry = read_registry(run.path.parent)
+    write_registry(run.path.parent, noise.merged(registry, new))
+    return noise.jumps(registry, new)
+
+
 def _artifacts(manifest: Manifest) -> dict[str, Artifacts]:
     """What each device's prepare puts on it; a resumed run must find the model and tables it started with."""
     plan, fleet = manifest.plan, manifest.fleet
@@ -356,6 +369,7 @@ def _derive(run: RunDir, *, save: bool, why: str | None = None) -> RunOutcome:
             write_atomic(run.device_time_path, spent.to_csv(index=False).encode())
             if len(pooled):
                 write_atomic(run.path / "class_verdicts.csv", pooled.to_csv(index=False).encode())
+            warnings += _register_noise(run, trials, manifest, device_chips(manifest, records))
         except OSError as exc:
             run.trials_path.with_name("trials.parquet.tmp").unlink(missing_ok=True)
             save = False

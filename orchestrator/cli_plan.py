@@ -5,6 +5,8 @@ Exit codes: 0 the plan reaches its answers, 1 it does not (too few blocks for eq
 
 from __future__ import annotations
 
+import json
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, NoReturn
 
@@ -34,17 +36,24 @@ def plan_size(
                                                 help="Launch-to-launch noise: SD of log tok/s (0.06 = 6%)")] = None,
     from_run: Annotated[str | None, typer.Option("--from", help="Read each device's noise from this run "
                                                  "(an aa-calibration, say)")] = None,
+    registry: Annotated[bool, typer.Option("--registry", help="Each device's latest noise for the plan's "
+                                           "runtime and model from the results folder's noise registry")] = False,
     results: Annotated[Path, typer.Option("--results", help="Where runs live")] = Path("results"),
     effect: Annotated[float, typer.Option(min=0.001, max=0.99, help="The effect to size for (0.05 = 5%)")] = 0.05,
 ) -> None:
     """Launches per arm the plan needs for a difference of EFFECT and for equivalence, and what its rule does."""
-    if (sigma is None) == (from_run is None):
-        _bad_input("orch plan size needs --sigma S or --from RUN (one of them)")
+    if sum(x for x in (sigma is not None, from_run is not None, registry)) != 1:
+        _bad_input("orch plan size needs one of --sigma S, --from RUN or --registry")
     try:
         sized = load_plan(plan)
     except ConfigError as exc:
         _bad_input(str(exc))
-    noise = {"--sigma": sigma} if sigma is not None else _noise_from(results, from_run or "", sized)
+    if sigma is not None:
+        noise = {"--sigma": sigma}
+    elif registry:
+        noise = _noise_registered(results, sized)
+    else:
+        noise = _noise_from(results, from_run or "", sized)
     rows = {who: size(sized, s, effect) for who, s in noise.items()}
     out.print(_table(sized, rows, effect))
     short = [who for who, s in rows.items()
@@ -54,6 +63,47 @@ def plan_size(
                   f"±{sized.decision.equivalence_margin:.0%} with probability {sized.decision.power:.0%}; "
                   "see 'blocks needed'", markup=False, highlight=False, soft_wrap=True)
         raise typer.Exit(1)
+
+
+def _noise_registered(results: Path, plan: Plan) -> dict[str, float]:
+    """Per device, the latest registered noise of the plan's baseline runtime on its model, labelled with
+    where it comes from, how old it is and how many launches it rests on."""
+    from orchestrator.analysis.noise import age_days, latest
+    from orchestrator.results.store import read_registry
+
+    now = datetime.now(UTC)
+    rows = latest(read_registry(results))
+    mine = rows[(rows["runtime"] == plan.arms[0].runtime) & (rows["model"] == plan.model)] if len(rows) else rows
+    if not len(mine):
+        _bad_input(f"{results}: the noise registry holds nothing for {plan.arms[0].runtime} on {plan.model} (an A/A "
+                   "run such as configs/plans/aa-calibration.yaml records it)")
+    return {f"{r['device']} (run {r['run_id']}, {age_days(str(r['measured_at']), now):.0f} d old, {r['launches']} "
+            f"launches)": float(r["sigma"]) for r in mine.to_dict("records")}
+
+
+@plan_app.command("noise")
+def plan_noise(
+    results: Annotated[Path, typer.Option("--results", help="Where runs live")] = Path("results"),
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON document instead of a table")] = False,
+) -> None:
+    """The noise registry: each device x runtime x model's latest launch noise (from A/A runs), its age and size."""
+    from orchestrator.analysis.noise import age_days, latest
+    from orchestrator.results.store import read_registry
+
+    now = datetime.now(UTC)
+    rows = latest(read_registry(results))
+    if as_json:
+        print(json.dumps([{**r, "age_days": round(age_days(str(r["measured_at"]), now), 2)}
+                          for r in rows.to_dict("records")], default=str))
+        return
+    table = Table(title=f"Noise registry ({results})", title_justify="left")
+    for col in ("device", "chip", "runtime", "model", "σ", "launches", "run", "age d"):
+        table.add_column(col)
+    for r in rows.to_dict("records"):
+        table.add_row(str(r["device"]), str(r["chip_class"]), str(r["runtime"]), str(r["model"]),
+                      f"{r['sigma']:.2%}", str(r["launches"]), str(r["run_id"]),
+                      f"{age_days(str(r['measured_at']), now):.1f}")
+    out.print(table)
 
 
 def _noise_from(results: Path, run_id: str, plan: Plan) -> dict[str, float]:

@@ -297,3 +297,19 @@ def load_trials(run_dir: str | Path) -> pd.DataFrame:
         return pd.read_parquet(run.trials_path)
     return trial_rows(run.manifest(), run.records())
 
+
+
+REGISTRY_FILE = "noise_registry.csv"  # in the results folder: every A/A run's noise per device (analysis.noise)
+
+
+def read_registry(results: Path) -> pd.DataFrame:
+    """The results folder's noise registry (empty when there is none)."""
+    path = results / REGISTRY_FILE
+    if not path.exists():
+        return pd.DataFrame()
+    return pd.read_csv(path, dtype={"device": str, "chip_class": str, "runtime": str, "model": str, "run_id": str,
+                                    "measured_at": str})
+
+
+def write_registry(results: Path, registry: pd.DataFrame) -> None:
+    write_atomic(results / REGISTRY_FILE, registry.to_csv(index=False).encode())
