@@ -25,8 +25,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
 
-import numpy as np  # noqa: E402
+from bench_adaptive import ci95  # noqa: E402
 
 from orchestrator import app as core  # noqa: E402
 from orchestrator.analysis.pooled import class_verdicts  # noqa: E402
@@ -104,13 +105,6 @@ def measure(case: str, reps: int, phones: int) -> dict[str, Any]:
         out["single_wall_hours"] = float(busy_hours(t1).mean())
         out["wall_ratio"] = out["class_wall_hours"] / out["single_wall_hours"]
     return out
-
-
-def ci95(rate: float, reps: int) -> str:
-    z = 1.96
-    centre = (rate + z * z / (2 * reps)) / (1 + z * z / reps)
-    half = z * np.sqrt(rate * (1 - rate) / reps + z * z / (4 * reps * reps)) / (1 + z * z / reps)
-    return f"{100 * max(0.0, centre - half):.1f}-{100 * min(1.0, centre + half):.1f}"
 
 
 def main() -> None:
