@@ -71,7 +71,7 @@ def test_orch_plan_size_with_sigma() -> None:
 def test_orch_plan_size_needs_one_noise_source() -> None:
     for args in ([], ["--sigma", "0.06", "--from", "x"]):
         res = runner.invoke(app, ["plan", "size", str(AA), *args])
-        assert res.exit_code == 2 and "needs --sigma S or --from RUN" in res.output
+        assert res.exit_code == 2 and "needs one of --sigma S, --from RUN or --registry" in res.output
     assert runner.invoke(app, ["plan", "size", str(AA), "--sigma", "3"]).exit_code == 2
 
 
