@@ -197,6 +197,19 @@ class RetryPolicy(Strict):
     )
 
 
+class InterferenceLimit(Strict):
+    """Hosts: how much of the machine's CPU other processes may take while a trial runs.
+
+    A trial over the limit is retried (up to `retry.max_attempts`, with the settle gate before each
+    attempt) and, if its last attempt is still over, kept in the journal but excluded from verdicts, the
+    audit and rank. Devices that cannot read it (phones, sims, SSH hosts) are not checked.
+    """
+
+    max_other_cpu_share: float = Field(
+        default=0.10, gt=0, le=1, description="Share of all CPUs' time over the trial (0.1: a tenth of the machine)")
+    retry: bool = Field(default=True, description="Retry a spoiled trial (within retry.max_attempts)")
+
+
 class Plan(Strict):
     name: Name = Field(description="Part of every run id (and so of directory and file names)")
     description: str = ""
@@ -216,6 +229,8 @@ class Plan(Strict):
     settle: SettlePolicy = SettlePolicy()
     decision: DecisionRule = DecisionRule()
     retry: RetryPolicy = RetryPolicy()
+    interference: InterferenceLimit | None = Field(
+        default_factory=InterferenceLimit, description="Hosts: other processes' CPU during a trial; null: not checked")
     devices: list[Name] | None = Field(default=None, description="Device ids to use; default all")
     probe: bool = Field(default=True, description="Measure each device's stream ceiling once per session (audit)")
     seed: Seed = 0

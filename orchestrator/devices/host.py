@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import json
@@ -27,6 +28,7 @@ from orchestrator.devices.base import (
     result_or_failure,
 )
 from orchestrator.devices.deploy import push_to_host, remote_sha256
+from orchestrator.devices.interference import CpuSample, read_cpu
 from orchestrator.devices.runners import CommandResult, LocalRunner, Runner, RunnerError
 from orchestrator.protocol import TrialResult, TrialSpec
 from orchestrator.runtimes.base import RuntimeContext, adapter_for
@@ -184,6 +186,12 @@ class HostDevice(Device):
             return None
         return StreamProbe(gb_s=best["stream"], patterns=best, buffer_bytes=report.get("buffer_bytes"),
                            threads=report.get("threads"))
+
+    async def cpu_sample(self) -> CpuSample | None:
+        """This machine's CPU counters (a host over SSH: not read, None)."""
+        if not isinstance(self.runner, LocalRunner):
+            return None
+        return await asyncio.to_thread(read_cpu)
 
     async def telemetry(self) -> Telemetry:
         with self._reachable():

@@ -14,6 +14,8 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
+from orchestrator.results.store import usable
+
 PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22"]
 THERMAL_COLOR = {"nominal": "#d9f0d3", "fair": "#fee08b", "serious": "#fc8d59", "critical": "#d73027"}
 DPI = 110
@@ -32,7 +34,7 @@ def _colors(arms: list[str]) -> dict[str, str]:
 
 def distributions(trials: pd.DataFrame, arms: list[str]) -> bytes:
     """Per device: each arm's trial1 decode tok/s as a box with every launch on top."""
-    ok = trials[(trials["status"] == "ok") & trials["decode_tok_s"].notna()]
+    ok = usable(trials)
     devices = sorted(trials["device"].unique())
     colors = _colors(arms)
     fig, axes = plt.subplots(1, len(devices), figsize=(3.2 * len(devices) + 0.5, 3.6), squeeze=False)
