@@ -70,6 +70,17 @@ class TrialSettings(Strict):
         return self
 
 
+class ThrottleProbePolicy(Strict):
+    """A short fixed reference workload before each trial, against the session's own baseline (its fastest
+    probe so far): throttling the OS does not report (DVFS, a thermal state that still says nominal) shows as
+    a slow probe. Slow: wait `wait_s` and probe again, up to `max_wait_s`; then the trial runs, is recorded as
+    run throttled, and is excluded from verdicts, the audit and rank (as AndroidX's ThrottleDetector)."""
+
+    max_slowdown: float = Field(default=0.05, gt=0, lt=1, description="Slower than the baseline by more: throttled")
+    wait_s: Wait = Field(default=30.0, description="Rest between a slow probe and the next")
+    max_wait_s: Wait = Field(default=600.0, description="Then the trial runs and is excluded")
+
+
 class SettlePolicy(Strict):
     require_nominal: bool = True
     battery_margin_c: float = Field(default=1.5, gt=0, le=100, description="Allowed rise over the idle baseline")
@@ -86,6 +97,8 @@ class SettlePolicy(Strict):
     max_load_1m: float | None = Field(
         default=None, ge=0, le=100_000, description="Hosts: wait while other work loads the CPU"
     )
+    throttle_probe: ThrottleProbePolicy | None = Field(
+        default=None, description="A reference workload before each trial, against the session's baseline")
 
 
 class SequentialLooks(Strict):

@@ -222,6 +222,11 @@ class Device(abc.ABC):
         """Measure the stream ceiling, where the device can (None where it cannot)."""
         return None
 
+    async def throttle_probe(self) -> float | None:
+        """Run a short fixed reference workload and return its throughput (higher is faster; units are the
+        device's own, compared only with its own earlier probes). None where the device has none."""
+        return None
+
     async def cpu_sample(self) -> CpuSample | None:
         """The machine's CPU counters now, where the device shares a CPU that other work can use and the
         controller can read it (a local host); None elsewhere. Two samples bracket each trial."""

@@ -13,7 +13,14 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from orchestrator.analysis.summary import family_words
-from orchestrator.results.records import AttemptSpoiled, Manifest, PushProgress, SessionStopped, TrialRecord
+from orchestrator.results.records import (
+    AttemptSpoiled,
+    Manifest,
+    PushProgress,
+    SessionStopped,
+    SettleWaiting,
+    TrialRecord,
+)
 from orchestrator.results.store import excluded_counts
 
 VERDICT_STYLE = {"faster": "bold green", "slower": "bold red", "equivalent": "cyan", "inconclusive": "yellow"}
@@ -62,6 +69,8 @@ class LiveProgress:
             if self.failures[device]:
                 status += f"  [red]{self.failures[device]} failed[/]"
             self.progress.update(task, advance=1, status=status)
+        elif isinstance(record, SettleWaiting):
+            self.progress.update(task, status=f"waiting: {record.why}")
         elif isinstance(record, AttemptSpoiled):
             self.progress.update(task, status=f"[yellow]retrying {record.trial_id}[/]: {record.why.split(' (')[0]}")
         elif isinstance(record, SessionStopped):

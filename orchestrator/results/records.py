@@ -115,6 +115,12 @@ class PushProgress(_Rec):
     total: int
 
 
+class SettleWaiting(_Rec):
+    """Not journaled: what a live view shows while the settle gate holds a trial back."""
+
+    why: str
+
+
 class ProbeRecord(_Rec):
     """The device's stream ceiling, measured at the start of its session."""
 

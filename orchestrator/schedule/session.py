@@ -28,7 +28,9 @@ from orchestrator.results.records import (
     ScheduledTrial,
     SessionPlan,
     SessionStopped,
+    SettleWaiting,
     StopReason,
+    ThrottleCheck,
     TrialRecord,
 )
 from orchestrator.schedule.pool import ClassPool
@@ -107,7 +109,9 @@ class Session:
                                   chip_class=info.chip_class, seconds=prepared_s, wall=self.clock.wall()))
         if self.plan.probe and not self.state.probed:
             await self._probe()
-        gate, failures_in_row = SettleGate(self.plan.settle, self.clock), 0
+        gate = SettleGate(self.plan.settle, self.clock,
+                          lambda why: self.observe(self.schedule.device, SettleWaiting(why=why)))
+        failures_in_row = 0
         for trial in self.schedule.trials:
             if trial.trial_id in self.state.done:
                 continue
@@ -159,7 +163,7 @@ class Session:
             duration = self.clock.now() - t0
             self.state.used_s += settle.waited_s + duration
             interference = between(cpu_before, cpu_after) if cpu_before and cpu_after else None
-            excluded = None if isinstance(outcome, TrialFailure) else self._excluded(interference)
+            excluded = None if isinstance(outcome, TrialFailure) else self._excluded(interference, settle.throttle)
             retry = self.plan.retry
             limit = self.plan.interference
             if excluded is not None and limit is not None and limit.retry and attempt < retry.max_attempts:
@@ -208,8 +212,11 @@ class Session:
         except Exception:  # no reading: the trial is not checked, never lost
             return None
 
-    def _excluded(self, interference: Interference | None) -> str | None:
+    def _excluded(self, interference: Interference | None, throttle: ThrottleCheck | None) -> str | None:
         """Why a finished trial's number cannot be trusted, or None."""
+        if throttle is not None and throttle.slow:
+            return (f"throttled: the throttle probe ran {throttle.slowdown:.0%} slower than the session's baseline "
+                    f"after {throttle.waited_s:.0f} s of waiting")
         limit = self.plan.interference
         if limit is not None and interference is not None and interference.share > limit.max_other_cpu_share:
             who = f"; {interference.top[0]}" if interference.top else ""
