@@ -181,6 +181,13 @@ class SimDevice(Device):
         if rng.random() < noise.outlier_rate:
             factor *= 1 - noise.outlier_slowdown
         factor *= self.thermals.throttle()
+        if self.cfg.thermal.hidden_throttle_c is not None:
+            # decode starts after the model load: the launch's own heat counts toward the clocks it runs at
+            launch_rise = self.cfg.thermal.heat_c_per_s * 0.5 * truth.load * truth.launch_s
+            hot = self.thermals.soc + launch_rise >= self.cfg.thermal.hidden_throttle_c
+            cool = self.thermals.soc >= self.cfg.thermal.hidden_throttle_c
+            if hot and not cool:
+                factor *= 1.0 - self.cfg.thermal.hidden_throttle
         decode = truth.decode_rate(self.cfg.bandwidth_gb_s) * truth.multiplier(spec.build, spec.tuning) * factor
         prefill = truth.prefill_rate(spec.chunk_width) * factor
         gens, elapsed = [], 0.0
