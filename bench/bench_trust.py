@@ -9,7 +9,7 @@ same phones: the default settle gate without the throttle probe, and with it (`s
 Bias: the median over phones of the estimated ratio - 1 (and the mean).
 
 Part 2 (`host`): `orch run` (a separate process, as a user runs it) of the harness's raw loop against
-itself (an A/A, 6 blocks of ABBA on this CPU, the t1 fixture model) while a CPU hog started by this script
+itself (an A/A, 6 blocks of ABBA on this CPU, m110 Q8_0 from `orch model make --size m110`) while a CPU hog started by this script
 runs beside it for a bounded part of the run (started after `--hog-after` seconds, stopped after
 `--hog-for`). Twice: without the interference check (`interference: null`) and with it (the default
 limit). Reports each run's sigma, verdict, and the trials flagged, retried and excluded.
@@ -51,7 +51,7 @@ from orchestrator.results.store import RunDir, load_trials, trial_rows, usable  
 from orchestrator.schedule import SessionState, run_sessions  # noqa: E402
 
 ORCH = str(Path(sys.executable).with_name("orch"))
-MODEL = ROOT / "ios_harness" / "Tests" / "Fixtures" / "models" / "llama-t1-s0" / "model-Q8_0.gguf"
+MODEL = Path("~/.cache/orch/models/llama-m110-s0/model-Q8_0.gguf").expanduser()  # orch model make --size m110
 PROBE = {"max_slowdown": 0.05, "wait_s": 30, "max_wait_s": 600}
 
 
@@ -105,10 +105,10 @@ HOG = "import time\nend = time.monotonic() + float(__import__('sys').argv[1])\nw
 def host_case(check: bool, tmp: Path, hog_after: float, hog_for: float, hogs: int) -> dict[str, Any]:
     fleet = {"name": "bench", "devices": [{"id": "this-cpu", "kind": "host", "workdir": str(tmp / "w")}]}
     plan: dict[str, Any] = {
-        "name": "trust-aa", "model": str(MODEL), "blocks": 8, "seed": 7, "probe": False,
+        "name": "trust-aa", "model": str(MODEL), "blocks": 6, "seed": 7, "probe": False,
         "arms": [{"name": "a", "runtime": "rawloop-cpu", "threads": 1}, {"name": "b", "runtime": "rawloop-cpu",
                                                                         "threads": 1}],
-        "trial": {"prompt_tokens": 16, "decode_tokens": 256, "timeout_s": 120},
+        "trial": {"prompt_tokens": 16, "decode_tokens": 64, "timeout_s": 120},
         "settle": {"min_gap_s": 0.5, "flat_window_s": 0, "poll_s": 0.5, "timeout_s": 120},
         "decision": {"adaptive": None}, "retry": {"backoff_s": 0},
     }
@@ -162,8 +162,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=200)
     ap.add_argument("--parts", nargs="*", default=["sim", "host"])
-    ap.add_argument("--hog-after", type=float, default=8.0)
-    ap.add_argument("--hog-for", type=float, default=20.0)
+    ap.add_argument("--hog-after", type=float, default=20.0)
+    ap.add_argument("--hog-for", type=float, default=40.0)
     ap.add_argument("--hogs", type=int, default=os.cpu_count() or 1)
     args = ap.parse_args()
     out: dict[str, Any] = {"date": str(date.today()), "machine": f"{platform.machine()}, {os.cpu_count()} cores",
@@ -195,7 +195,7 @@ def main() -> None:
             print(json.dumps(rows[-1]), flush=True)
         out["host"] = rows
         lines += ["## An A/A on this host with a CPU hog beside it", "",
-                  f"`orch run` of the raw loop against itself (8 ABBA blocks, t1 model, 1 thread, 256 tokens); "
+                  f"`orch run` of the raw loop against itself (6 ABBA blocks, m110 Q8_0, 1 thread, 64 tokens); "
                   f"{args.hogs} busy-loop process(es) started {args.hog_after:g} s into the run for {args.hog_for:g} s.",
                   "", "| interference check | sigma | ratio | p | verdict | trials in verdict | attempts retried | "
                   "excluded | slowest tok/s (median) | most CPU others took |", "|---|---|---|---|---|---|---|---|---|---|"]

@@ -97,7 +97,8 @@ def test_read_cpu_counts_an_outside_process_and_leaves_our_own_tree_out(outsider
         b = read_cpu()
         assert b is not None
         got = between(a, b)
-        assert any(f"(pid {outsider})" in t for t in got.top), got.top
+        theirs = {pid: cpu for (pid, _), (_, cpu) in b.others.items()}
+        assert outsider in theirs and child.pid not in theirs
         assert not any(f"(pid {child.pid})" in t for t in got.top)
         assert got.other_cpu_s >= 0.05 - 1 / os.sysconf("SC_CLK_TCK"), "the outsider's CPU time is in the figure"
         assert b.own_s - a.own_s >= 0.05 - 1e-9, "our child's CPU time is our own"
@@ -201,3 +202,48 @@ def test_the_audit_gives_no_headroom_figure_when_its_ci_is_wider_than_the_readin
     quiet = rows.assign(decode_tok_s=[15.0, 15.1, 14.9, 15.0, 15.2, 14.8, 15.0])
     got = audit(quiet, manifest, CEILINGS)  # type: ignore[arg-type]
     assert "headroom" in got["reading"].iloc[0] and got["headroom"].iloc[0] > 0
+
+
+# -- the settle gate waits for quiet, where the plan asks it to --------------------------------------
+
+
+class Windows:
+    """CPU counters whose successive one-second windows have the given shares of two CPUs taken by others."""
+
+    def __init__(self, clock: VirtualClock, shares: list[float]):
+        self.clock, self.shares, self.busy, self.calls = clock, list(shares), 0.0, 0
+
+    def __call__(self) -> CpuSample:
+        if self.calls % 2 and self.shares:
+            self.busy += 2.0 * self.shares.pop(0)
+        self.calls += 1
+        return CpuSample(t=self.clock.now(), busy_s=self.busy, own_s=0.0, cpus=2, others={(7, 1): ("hog", self.busy)})
+
+
+def quiet_gate(shares: list[float], wait_s: float) -> tuple[object, list[str], VirtualClock]:
+    from orchestrator.config import SettlePolicy
+    from orchestrator.config.plan import InterferenceLimit
+    from orchestrator.devices.base import Telemetry
+    from orchestrator.schedule import SettleGate
+
+    clock, said = VirtualClock(), []
+    gate = SettleGate(SettlePolicy(min_gap_s=0, flat_window_s=0), clock, said.append,
+                      InterferenceLimit(max_other_cpu_share=0.1, quiet_wait_s=wait_s))
+    device = FakeDevice("d", result, telemetry=Telemetry(t=0, thermal_state="nominal", battery_c=30.0),
+                        cpu=Windows(clock, shares))
+    return asyncio.run(gate.wait(device)), said, clock
+
+
+def test_the_gate_waits_for_a_quiet_second_and_says_what_it_waits_for() -> None:
+    settle, said, clock = quiet_gate([0.5, 0.6, 0.05], wait_s=60)
+    assert settle.quiet is not None and settle.quiet.share == 0.05  # type: ignore[attr-defined]
+    assert settle.waited_s == 3 and clock.now() == 3  # type: ignore[attr-defined]
+    assert len(said) == 2
+    assert said[0].startswith("waiting for quiet: other processes took 50% of the CPU (limit 10%; hog")
+
+
+def test_the_gate_launches_anyway_after_quiet_wait_s_and_not_at_all_without_it() -> None:
+    settle, said, clock = quiet_gate([0.5] * 10, wait_s=3)
+    assert settle.quiet is not None and settle.quiet.share == 0.5 and clock.now() == 3  # type: ignore[attr-defined]
+    settle, said, clock = quiet_gate([0.5] * 10, wait_s=0)
+    assert settle.quiet is None and not said and clock.now() == 0  # type: ignore[attr-defined]

@@ -221,6 +221,9 @@ class InterferenceLimit(Strict):
     max_other_cpu_share: float = Field(
         default=0.10, gt=0, le=1, description="Share of all CPUs' time over the trial (0.1: a tenth of the machine)")
     retry: bool = Field(default=True, description="Retry a spoiled trial (within retry.max_attempts)")
+    quiet_wait_s: Wait = Field(
+        default=0.0, description="Before each trial, wait up to this long for a second in which other processes "
+        "stay under the limit (saying so on screen); then launch anyway, checked as ever. 0: do not wait")
 
 
 class Plan(Strict):

@@ -81,6 +81,8 @@ class Settle(_Rec):
     before: Telemetry | None
     blocking: list[str] = Field(default_factory=list, description="What still held the gate at the last poll")
     throttle: ThrottleCheck | None = Field(default=None, description="The throttle probe, where the plan runs one")
+    quiet: Interference | None = Field(default=None, description="Other processes' CPU in the second before the "
+                                       "launch, where the plan waits for quiet (interference.quiet_wait_s)")
 
 
 class RunStarted(_Rec):

@@ -109,8 +109,9 @@ class Session:
                                   chip_class=info.chip_class, seconds=prepared_s, wall=self.clock.wall()))
         if self.plan.probe and not self.state.probed:
             await self._probe()
-        gate = SettleGate(self.plan.settle, self.clock,
-                          lambda why: self.observe(self.schedule.device, SettleWaiting(why=why)))
+        gate = SettleGate(self.plan.settle, self.clock, lambda why: self.observe(self.schedule.device,
+                                                                                  SettleWaiting(why=why)),
+                          self.plan.interference)
         failures_in_row = 0
         for trial in self.schedule.trials:
             if trial.trial_id in self.state.done:
