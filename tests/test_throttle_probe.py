@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import pytest
 from conftest import fleet_of, plan_with, sim_device
@@ -109,3 +110,23 @@ def test_a_run_on_a_hidden_throttler_records_every_probe_and_excludes_slow_trial
     rows = trial_rows(manifest, journal.records)  # type: ignore[arg-type]
     assert len(usable(rows)) == len(rows) - len(slow)
     assert rows["throttle_slowdown"].notna().all()
+
+
+def test_bad_trust_settings_are_located_errors(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from orchestrator.cli import app
+
+    plan = tmp_path / "plan.yaml"
+    plan.write_text("name: p\nmodel: m\narms: [{name: a, runtime: x}, {name: b, runtime: y}]\n"
+                    "settle:\n  throttle_probe: {max_slowdown: 1.5}\ninterference: {max_other_cpu_share: 0}\n")
+    result = CliRunner().invoke(app, ["validate", str(plan)])
+    assert result.exit_code == 2
+    assert f"{plan}:5: settle.throttle_probe.max_slowdown: Input should be less than 1" in result.output
+    assert f"{plan}:6: interference.max_other_cpu_share: Input should be greater than 0" in result.output
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text("name: f\ndevices:\n  - {id: s, kind: sim, chip_class: c, bandwidth_gb_s: 1,\n"
+                     "     runtimes: {x: {decode_tok_s: 1}}, thermal: {hidden_throttle_c: 40}}\n")
+    result = CliRunner().invoke(app, ["validate", str(fleet)])
+    assert result.exit_code == 2 and f"{fleet}:4: devices[0].thermal" in result.output
+    assert "hidden_throttle_c must be below fair_c" in result.output
