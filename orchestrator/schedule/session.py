@@ -167,7 +167,9 @@ class Session:
             excluded = None if isinstance(outcome, TrialFailure) else self._excluded(interference, settle.throttle)
             retry = self.plan.retry
             limit = self.plan.interference
-            if excluded is not None and limit is not None and limit.retry and attempt < retry.max_attempts:
+            spoiled = excluded is not None and excluded.startswith("interference")  # a throttled one was waited on
+            if spoiled and limit is not None and limit.retry and attempt < retry.max_attempts:
+                assert excluded is not None
                 rate = outcome.decode_tok_s() if isinstance(outcome, TrialResult) else None
                 self._emit(AttemptSpoiled(
                     device=self.schedule.device, trial_id=trial.trial_id, attempt=attempt, why=excluded,
