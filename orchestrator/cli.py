@@ -144,7 +144,7 @@ def _summary(outcome: core.RunOutcome) -> None:
     if len(outcome.class_verdicts):
         out.print(class_table(outcome.class_verdicts))
     if (words := excluded_words(outcome.trials)) is not None:
-        out.print(words, highlight=False)
+        out.print(words, markup=False, highlight=False)
     for note in budget_note(outcome.device_time, dict(outcome.stops), outcome.verdicts):
         out.print(note, markup=False, highlight=False)
     files = "journal.jsonl, trials.parquet, verdicts.csv, device_time.csv"

@@ -120,7 +120,7 @@ def audit_cmd(
         "ceiling_gb_s": ".1f", "ratio": ".0%", "ceiling_tok_s": ".1f", "reading": "",
     }))
     if (words := excluded_words(trials)) is not None:
-        out.print(words, highlight=False)
+        out.print(words, markup=False, highlight=False)
     out.print("columns: tok = decode tok/s median [95% CI]; mb = MB read per token; eff = effective GB/s; "
               "ceiling_tok_s = decode tok/s at the ceiling. Ceilings: "
               + "; ".join(f"{c}: {s}" for c, s in sorted(set(zip(frame["chip_class"], frame["ceiling_source"],
@@ -170,7 +170,7 @@ def rank_cmd(
         "audit_reading": "",
     }))
     if fmt is Format.table and (words := excluded_words(obs)) is not None:
-        out.print(words, highlight=False)
+        out.print(words, markup=False, highlight=False)
     if fmt is Format.table and table.non_candidates:
         out.print("Non-candidates: " + "; ".join(f"{n.target}: {n.reason}" for n in table.non_candidates),
                   highlight=False)

@@ -247,3 +247,22 @@ def test_the_gate_launches_anyway_after_quiet_wait_s_and_not_at_all_without_it()
     assert settle.quiet is not None and settle.quiet.share == 0.5 and clock.now() == 3  # type: ignore[attr-defined]
     settle, said, clock = quiet_gate([0.5] * 10, wait_s=0)
     assert settle.quiet is None and not said and clock.now() == 0  # type: ignore[attr-defined]
+
+
+def test_the_live_view_shows_waits_and_retries_with_process_names_as_plain_text() -> None:
+    import io
+
+    from rich.console import Console
+
+    from orchestrator.report.console import LiveProgress
+    from orchestrator.results.records import SettleWaiting
+
+    _, manifest = run_fake(lambda launch: False)
+    live = LiveProgress(Console(file=io.StringIO(), force_terminal=True), manifest)  # type: ignore[arg-type]
+    with live:
+        live.observe("d", SettleWaiting(why="waiting for quiet: other processes took 50% (limit 10%; [/x] (pid 7))"))
+        live.progress.refresh()  # rendered: a name that reads as markup would raise here
+        live.observe("d", AttemptSpoiled(device="d", trial_id="d-0000", attempt=1, why="interference: [/]", wall=0))
+        live.progress.refresh()
+    task = live.progress.tasks[0]
+    assert "retrying d-0000" in task.fields["status"] and "[/]" in task.fields["status"]

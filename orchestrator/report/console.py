@@ -9,6 +9,7 @@ from typing import Any
 import pandas as pd
 from pydantic import BaseModel
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -70,9 +71,10 @@ class LiveProgress:
                 status += f"  [red]{self.failures[device]} failed[/]"
             self.progress.update(task, advance=1, status=status)
         elif isinstance(record, SettleWaiting):
-            self.progress.update(task, status=f"waiting: {record.why}")
+            self.progress.update(task, status=f"waiting: {escape(record.why)}")  # process names are not markup
         elif isinstance(record, AttemptSpoiled):
-            self.progress.update(task, status=f"[yellow]retrying {record.trial_id}[/]: {record.why.split(' (')[0]}")
+            why = escape(record.why.split(" (")[0])
+            self.progress.update(task, status=f"[yellow]retrying {record.trial_id}[/]: {why}")
         elif isinstance(record, SessionStopped):
             self.progress.update(task, status=f"stopped: {record.reason}")
         elif isinstance(record, PushProgress):  # prepare putting the model on the device
