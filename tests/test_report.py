@@ -109,3 +109,5 @@ def test_trials_run_throttled_are_listed_and_charted_apart(tmp_path: Path) -> No
     assert "throttled: the throttle probe ran" in md
     res = runner.invoke(app, ["audit", run.run_id, "--results", str(run.path.parent)])
     assert res.exit_code == 0 and "excluded from verdicts, the audit and rank" in res.output
+    res = runner.invoke(app, ["rank", run.run_id, "--results", str(run.path.parent)])
+    assert res.exit_code == 0 and "excluded from verdicts, the audit and rank (phone: " in " ".join(res.output.split())
