@@ -172,6 +172,7 @@ def test_a_trial_spoiled_on_every_attempt_is_kept_and_excluded_from_verdicts_and
     assert int(v["n_baseline"].iloc[0]) + int(v["n_candidate"].iloc[0]) == len(rows) - 1
     words = excluded_words(rows)
     assert words is not None and words.startswith("1 finished trial excluded") and "d: 1 interference" in words
+    assert words.endswith("other processes took more of the CPU than the plan allows"), "says only the reasons present"
     a = audit(rows, manifest, CEILINGS)  # type: ignore[arg-type]
     assert a["n_excluded"].sum() == 1 and a["n"].sum() == len(rows) - 1
 

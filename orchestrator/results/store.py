@@ -320,8 +320,12 @@ def excluded_words(trials: pd.DataFrame) -> str | None:
         return None
     total = sum(sum(c.values()) for c in counts.values())
     per = "; ".join(f"{d}: " + ", ".join(f"{n} {k}" for k, n in sorted(c.items())) for d, c in sorted(counts.items()))
+    kinds = {k for c in counts.values() for k in c}
+    why = [text for kind, text in (("interference", "other processes took more of the CPU than the plan allows"),
+                                   ("throttled", "the throttle probe stayed slow (throttled, whatever the OS said)"))
+           if kind in kinds]
     return (f"{total} finished trial{'s' if total != 1 else ''} excluded from verdicts, the audit and rank ({per}): "
-            "other processes took more of the CPU than the plan allows, or the throttle probe ran slow")
+            + "; ".join(why or ["see the trials' `excluded` column"]))
 
 
 def stops(records: list[Record]) -> dict[str, SessionStopped]:
