@@ -75,7 +75,7 @@ def sim_fleet(reps: int, seed0: int, hidden_c: float) -> Fleet:
 def sim_plan(probe: bool) -> Plan:
     settle: dict[str, Any] = {"throttle_probe": PROBE} if probe else {}
     return Plan.model_validate({
-        "name": "bench", "model": "m", "seed": 2026, "blocks": 20, "decision": {"adaptive": None},
+        "name": "bench", "model": "m", "seed": 2026, "blocks": 20, "order": "abba", "decision": {"adaptive": None},
         "arms": [{"name": "engine", "runtime": "coreai"}, {"name": "heavy", "runtime": "rawloop-metal"}],
         "trial": {"prompt_tokens": 64, "decode_tokens": 128}, "settle": settle,
     })
@@ -112,7 +112,7 @@ HOG = "import time\nend = time.monotonic() + float(__import__('sys').argv[1])\nw
 def host_case(check: bool, tmp: Path, hog_after: float, hog_for: float, hogs: int) -> dict[str, Any]:
     fleet = {"name": "bench", "devices": [{"id": "this-cpu", "kind": "host", "workdir": str(tmp / "w")}]}
     plan: dict[str, Any] = {
-        "name": "trust-aa", "model": str(MODEL), "blocks": 6, "seed": 7, "probe": False,
+        "name": "trust-aa", "model": str(MODEL), "blocks": 6, "order": "abba", "seed": 7, "probe": False,
         "arms": [{"name": "a", "runtime": "rawloop-cpu", "threads": 1}, {"name": "b", "runtime": "rawloop-cpu",
                                                                         "threads": 1}],
         "trial": {"prompt_tokens": 16, "decode_tokens": 64, "timeout_s": 120},
