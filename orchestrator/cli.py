@@ -37,7 +37,15 @@ from orchestrator.report.console import (
 )
 from orchestrator.results.journal import JournalWriteError
 from orchestrator.results.records import EARLY_STOPS, TrialRecord
-from orchestrator.results.store import RunDir, RunLocked, RunNotFound, RunNotWritable, RunUnreadable, find_run
+from orchestrator.results.store import (
+    RunDir,
+    RunLocked,
+    RunNotFound,
+    RunNotWritable,
+    RunUnreadable,
+    excluded_words,
+    find_run,
+)
 from orchestrator.runtimes.gating import mismatched
 
 out = Console(width=None if Console().is_terminal else 160)
@@ -135,6 +143,8 @@ def _summary(outcome: core.RunOutcome) -> None:
     out.print(verdict_table(outcome.verdicts, outcome.manifest, outcome.chips))
     if len(outcome.class_verdicts):
         out.print(class_table(outcome.class_verdicts))
+    if (words := excluded_words(outcome.trials)) is not None:
+        out.print(words, markup=False, highlight=False)
     for note in budget_note(outcome.device_time, dict(outcome.stops), outcome.verdicts):
         out.print(note, markup=False, highlight=False)
     files = "journal.jsonl, trials.parquet, verdicts.csv, device_time.csv"

@@ -95,6 +95,7 @@ def audit_cmd(
     """Effective GB/s vs the bandwidth ceiling per device and arm; the prefill view by chunk width."""
     from orchestrator.analysis.audit import RULE, audit, prefill_view
     from orchestrator.config.candidates import load_ceilings
+    from orchestrator.results.store import excluded_words
 
     run_dir = _run(results, run)
     try:
@@ -115,9 +116,11 @@ def audit_cmd(
         mb=frame["bytes_per_token"] / 1e6,
     )
     out.print(_table("Decode: effective bandwidth against the ceiling", view, {
-        "device": "", "chip_class": "", "arm": "", "n": "d", "tok": "", "mb": ".0f", "eff": "", "ceiling_gb_s": ".1f",
-        "ratio": ".0%", "ceiling_tok_s": ".1f", "reading": "",
+        "device": "", "chip_class": "", "arm": "", "n": "d", "n_excluded": "d", "tok": "", "mb": ".0f", "eff": "",
+        "ceiling_gb_s": ".1f", "ratio": ".0%", "ceiling_tok_s": ".1f", "reading": "",
     }))
+    if (words := excluded_words(trials)) is not None:
+        out.print(words, markup=False, highlight=False)
     out.print("columns: tok = decode tok/s median [95% CI]; mb = MB read per token; eff = effective GB/s; "
               "ceiling_tok_s = decode tok/s at the ceiling. Ceilings: "
               + "; ".join(f"{c}: {s}" for c, s in sorted(set(zip(frame["chip_class"], frame["ceiling_source"],
@@ -145,6 +148,7 @@ def rank_cmd(
     from orchestrator.analysis.nightly import load_history_trials
     from orchestrator.analysis.rank import HISTORY_OBS_COLUMNS, empty_observations, observations, rank
     from orchestrator.config.candidates import load_candidates, load_ceilings
+    from orchestrator.results.store import excluded_words
 
     try:
         table, ceil = load_candidates(candidates), load_ceilings(ceilings)
@@ -165,6 +169,8 @@ def rank_cmd(
         "expected_tok_s": ".1f", "gain": ".2f", "audit_ratio": ".0%", "audit_bound_tok_s": ".1f",
         "audit_reading": "",
     }))
+    if fmt is Format.table and (words := excluded_words(obs)) is not None:
+        out.print(words, markup=False, highlight=False)
     if fmt is Format.table and table.non_candidates:
         out.print("Non-candidates: " + "; ".join(f"{n.target}: {n.reason}" for n in table.non_candidates),
                   highlight=False)

@@ -55,6 +55,7 @@ def plan(model: Path | str, arms: list[dict[str, object]] = RAW, **over: object)
         "name": "deploy", "model": str(model), "blocks": 6, "order": "williams" if len(arms) > 2 else "abba",
         "arms": arms, "trial": {"prompt_tokens": 8, "decode_tokens": 8, "timeout_s": 120},
         "settle": {"min_gap_s": 0, "flat_window_s": 0, "poll_s": 1, "timeout_s": 60}, "probe": False,
+        "interference": None,  # what these tests check does not depend on other work on this machine
     }
     fields.update(over)
     return Plan.model_validate(fields)

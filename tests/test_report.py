@@ -95,3 +95,19 @@ def test_free_text_is_inert_in_the_markdown(tmp_path: Path) -> None:
     md = md_path.read_text()
     assert "<script>" not in md and "\n# injected" not in md
     assert md.splitlines()[0] == "# Run " + run.run_id + ": t (m&lt;script&gt;x&lt;/script&gt; # injected / cell)"
+
+
+def test_trials_run_throttled_are_listed_and_charted_apart(tmp_path: Path) -> None:
+    run = run_on_disk(tmp_path, sim_device(thermal={"hidden_throttle_c": 30.0, "heat_c_per_s": 0.2}), probe=False,
+                      settle={"min_gap_s": 0, "flat_window_s": 0, "timeout_s": 30, "battery_margin_c": 50,
+                              "throttle_probe": {"wait_s": 5, "max_wait_s": 10}})
+    app = cli()
+    res = runner.invoke(app, ["report", run.run_id, "--results", str(run.path.parent), "--out", str(tmp_path / "rep")])
+    assert res.exit_code == 0, res.output
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert "## Excluded from verdicts, audit and rank (kept as data)" in md
+    assert "throttled: the throttle probe ran" in md
+    res = runner.invoke(app, ["audit", run.run_id, "--results", str(run.path.parent)])
+    assert res.exit_code == 0 and "excluded from verdicts, the audit and rank" in res.output
+    res = runner.invoke(app, ["rank", run.run_id, "--results", str(run.path.parent)])
+    assert res.exit_code == 0 and "excluded from verdicts, the audit and rank (phone: " in " ".join(res.output.split())

@@ -46,6 +46,7 @@ def run_arms(fleet: dict[str, object], model: Path, runtimes: dict[str, str], tm
         "arms": [{"name": arm, "runtime": runtime, "threads": 1} for arm, runtime in runtimes.items()],
         "trial": {"prompt_tokens": 16, "decode_tokens": 24, "timeout_s": 300},
         "settle": {"min_gap_s": 0, "flat_window_s": 0, "poll_s": 1, "timeout_s": 60},
+        "interference": None,  # token gates and trial counts do not depend on other work on this machine
     })
     f, p = write_inputs(tmp_path, Fleet.model_validate(fleet), plan)
     code, out = invoke("run", "--fleet", str(f), "--plan", str(p), "--results", str(tmp_path / "r"))

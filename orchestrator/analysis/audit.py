@@ -21,6 +21,7 @@ import pandas as pd
 from orchestrator.config.candidates import CeilingTable, Thresholds
 from orchestrator.config.sim import SimDeviceConfig
 from orchestrator.results.records import Manifest
+from orchestrator.results.store import usable
 
 RULE = (
     "effective GB/s = bytes read per decode token x measured decode tok/s, against what clean weight "
@@ -31,7 +32,7 @@ RULE = (
 AUDIT_COLUMNS = [
     "device", "chip_class", "model", "workload", "arm", "runtime", "build", "n", "decode_tok_s", "decode_ci_low",
     "decode_ci_high", "bytes_per_token", "effective_gb_s", "effective_ci_low", "effective_ci_high", "ceiling_gb_s",
-    "ceiling_source", "ratio", "ratio_ci_low", "ratio_ci_high", "ceiling_tok_s", "headroom", "reading",
+    "ceiling_source", "ratio", "ratio_ci_low", "ratio_ci_high", "ceiling_tok_s", "headroom", "reading", "n_excluded",
 ]
 PREFILL_WIDTHS = (1, 4, 16, 128)
 
@@ -93,6 +94,16 @@ def reading(ratio: float | None, t: Thresholds) -> str:
     return f"some headroom ({ratio:.0%}): profile the glue before committing to a raw loop"
 
 
+def too_wide(ratio: float, low: float, high: float) -> bool:
+    """A reading whose 95% CI is wider than the reading itself says nothing about headroom."""
+    return bool(np.isfinite(ratio) and ratio > 0 and (not np.isfinite(high - low) or high - low > ratio))
+
+
+def noisy_reading(ratio: float, low: float, high: float, n: int) -> str:
+    return (f"too noisy to read: {ratio:.0%} of the ceiling, 95% CI [{low:.0%}, {high:.0%}] is wider than the "
+            f"reading itself (n={n}); no headroom figure")
+
+
 def median_ci(
     values: npt.ArrayLike, *, level: float = 0.95, resamples: int = 1000, seed: int = 0
 ) -> tuple[float, float, float]:
@@ -113,7 +124,9 @@ def median_ci(
 def audit(trials: pd.DataFrame, manifest: Manifest, table: CeilingTable, *, seed: int = 0) -> pd.DataFrame:
     """One row per device and arm with finished trials: effective GB/s, ceiling, ratio, reading."""
     model = manifest.plan.model
-    ok = trials[(trials["status"] == "ok") & trials["decode_tok_s"].notna()]
+    ok = usable(trials)
+    kept_out = trials[(trials["status"] == "ok") & trials["excluded"].notna()] if "excluded" in trials else trials[:0]
+    dropped = kept_out.groupby(["device", "arm"]).size().to_dict()
     rows = []
     for (device, arm), g in ok.groupby(["device", "arm"], sort=True):
         chip = chip_class(manifest, str(device), trials)
@@ -135,7 +148,12 @@ def audit(trials: pd.DataFrame, manifest: Manifest, table: CeilingTable, *, seed
             "headroom": ceiling_tok_s / rate - 1,
             "reading": reading(ratio, table.thresholds) if np.isfinite(bytes_pt) else
             "no bytes per token reported: cannot audit",
+            "n_excluded": int(dropped.get((device, arm), 0)),
         })
+        row = rows[-1]
+        if too_wide(ratio, row["ratio_ci_low"], row["ratio_ci_high"]):
+            row["headroom"] = float("nan")
+            row["reading"] = noisy_reading(ratio, row["ratio_ci_low"], row["ratio_ci_high"], len(g))
     return pd.DataFrame(rows, columns=AUDIT_COLUMNS)
 
 
@@ -160,7 +178,7 @@ def prefill_view(trials: pd.DataFrame, manifest: Manifest, table: CeilingTable) 
     """Per device and arm: bytes per prefill token vs M (1, 4, 16, 128 and the run's own), the
     bandwidth bound at each M, and the measured prefill tok/s at the M the run used."""
     model = manifest.plan.model
-    ok = trials[(trials["status"] == "ok") & trials["prefill_tok_s"].notna()]
+    ok = usable(trials, "prefill_tok_s")
     rows = []
     for (device, arm), g in ok.groupby(["device", "arm"], sort=True):
         weights = g["bytes_per_decode_token"].dropna()

@@ -18,6 +18,7 @@ import pandas as pd
 from orchestrator.analysis.sizing import noise_of
 from orchestrator.config.plan import Plan
 from orchestrator.results.records import Manifest
+from orchestrator.results.store import usable
 
 REGISTRY_COLUMNS = ["device", "chip_class", "runtime", "model", "sigma", "launches", "run_id", "measured_at"]
 KEY = ["device", "runtime", "model"]
@@ -36,7 +37,7 @@ def readings(trials: pd.DataFrame, manifest: Manifest, chips: dict[str, str]) ->
     if not is_aa(plan) or not len(trials):
         return pd.DataFrame(columns=REGISTRY_COLUMNS)
     sigma = noise_of(trials, plan.decision, (plan.arms[0].name, plan.arms[1].name))
-    ok = trials[trials["status"] == "ok"].groupby("device").size()
+    ok = usable(trials, plan.decision.column()).groupby("device").size()  # the launches the sigma came from
     rows = [{"device": d, "chip_class": chips.get(d, ""), "runtime": plan.arms[0].runtime, "model": plan.model,
              "sigma": s, "launches": int(ok.get(d, 0)), "run_id": manifest.run_id, "measured_at": manifest.created}
             for d, s in sigma.items()]

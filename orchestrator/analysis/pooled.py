@@ -23,6 +23,7 @@ from orchestrator.analysis.decision import ArmSample, InsufficientData, compare
 from orchestrator.analysis.sequential import Timed, replay
 from orchestrator.analysis.summary import VERDICT_COLUMNS
 from orchestrator.config.plan import Plan
+from orchestrator.results.store import usable
 
 HETEROGENEITY_P = 0.01
 BLOCK_STRIDE = 1_000_000  # a pooled block id: device index x stride + the device's own block
@@ -39,7 +40,7 @@ def class_verdicts(trials: pd.DataFrame, plan: Plan, chips: dict[str, str], *, s
     if plan.pool_by is None or not len(trials):
         return pd.DataFrame(columns=CLASS_COLUMNS)
     col = plan.decision.column()
-    ok = trials[(trials["status"] == "ok") & trials[col].notna()]
+    ok = usable(trials, col)
     arms = [a.name for a in plan.arms]
     pairs = [(b, c) for i, b in enumerate(arms) for c in arms[i + 1:]]
     devices = list(dict.fromkeys(trials["device"]))

@@ -16,13 +16,14 @@ import pandas as pd
 from orchestrator.analysis.audit import ceiling_for, chip_class, probe_gb_s, reading
 from orchestrator.config.candidates import Candidate, CandidateTable, CeilingTable, Range
 from orchestrator.results.records import Manifest
+from orchestrator.results.store import usable
 
 OBS_COLUMNS = [
     "run_id", "model", "chip_class", "device", "runtime", "status", "decode_tok_s", "bytes_per_decode_token",
-    "probe_gb_s",
+    "probe_gb_s", "excluded",
 ]
 # What ranking reads from a nightly history (tens of millions of rows): no per-row run ids.
-HISTORY_OBS_COLUMNS = [c for c in OBS_COLUMNS if c not in ("run_id", "device")]
+HISTORY_OBS_COLUMNS = [c for c in OBS_COLUMNS if c not in ("run_id", "device", "excluded")]
 RANK_COLUMNS = [
     "rank", "seed_rank", "id", "target", "device_classes", "gate", "gate_status", "current_tok_s", "current_source",
     "expected_tok_s", "expected_source", "gain", "audit_ratio", "audit_bound_tok_s", "audit_reading", "runs", "why",
@@ -34,6 +35,8 @@ def observations(trials: pd.DataFrame, manifest: Manifest) -> pd.DataFrame:
     devices = sorted(trials["device"].unique())
     chips = {d: chip_class(manifest, d, trials) for d in devices}
     probes = {d: probe_gb_s(manifest, d, trials) for d in devices}
+    if "excluded" not in trials.columns:  # a run from before trials could be excluded
+        trials = trials.assign(excluded=None)
     out = trials.assign(
         model=manifest.plan.model, chip_class=trials["device"].map(chips),
         probe_gb_s=trials["device"].map(lambda d: probes[d] if probes[d] is not None else math.nan),
@@ -43,7 +46,7 @@ def observations(trials: pd.DataFrame, manifest: Manifest) -> pd.DataFrame:
 
 def _summarize(obs: pd.DataFrame) -> pd.DataFrame:
     """Medians per (model, chip_class, runtime): the only pass over the (possibly huge) trial rows."""
-    ok = obs[(obs["status"] == "ok") & obs["decode_tok_s"].notna()]
+    ok = usable(obs)
     keys = ["model", "chip_class", "runtime"]
     g = ok.groupby(keys, sort=False, observed=True)
     summary = g.agg(

@@ -31,6 +31,7 @@ from orchestrator.analysis.decision import ArmSample, InsufficientData, compare,
 from orchestrator.analysis.groupseq import Operating, operating
 from orchestrator.analysis.sequential import EQUIVALENCE_ALPHA, adaptive_looks
 from orchestrator.config.plan import MAX_BLOCKS, DecisionRule, Plan
+from orchestrator.results.store import usable
 
 _ONE_SD = float(norm.sf(1.0))  # each tail of a +-1 SE interval
 
@@ -138,7 +139,7 @@ def noise_of(trials: pd.DataFrame, rule: DecisionRule, arms: tuple[str, str]) ->
     share no block are left out.
     """
     col = rule.column()
-    ok = trials[(trials["status"] == "ok") & trials[col].notna()]
+    ok = usable(trials, col)
     first, second = arms
     out: dict[str, float] = {}
     for device in sorted(ok["device"].unique()):

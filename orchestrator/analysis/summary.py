@@ -12,6 +12,7 @@ import pandas as pd
 from orchestrator.analysis.decision import ArmSample, Comparison, InsufficientData, compare, in_family
 from orchestrator.analysis.sequential import Timed, adaptive_looks, replay
 from orchestrator.config.plan import Plan
+from orchestrator.results.store import usable
 
 VERDICT_COLUMNS = [
     "device",
@@ -50,7 +51,7 @@ def verdicts(trials: pd.DataFrame, plan: Plan, *, seed: int = 0) -> pd.DataFrame
     col, rows = plan.decision.column(), []
     seq = plan.decision.sequential
     alpha = seq.alpha_per_look if seq is not None else plan.decision.alpha
-    ok = trials[(trials["status"] == "ok") & trials[col].notna()]
+    ok = usable(trials, col)
     arms = [a.name for a in plan.arms]
     for device in sorted(trials["device"].unique()):
         mine = ok[ok["device"] == device]
@@ -72,7 +73,7 @@ def verdicts(trials: pd.DataFrame, plan: Plan, *, seed: int = 0) -> pd.DataFrame
 
 def _adaptive_verdicts(trials: pd.DataFrame, plan: Plan, seed: int) -> pd.DataFrame:
     col, rows = plan.decision.column(), []
-    ok = trials[(trials["status"] == "ok") & trials[col].notna()]
+    ok = usable(trials, col)
     arms = [a.name for a in plan.arms]
     pairs = [(b, c) for i, b in enumerate(arms) for c in arms[i + 1:]]
     cap = plan.launches_per_arm()

@@ -29,6 +29,7 @@ from orchestrator.analysis.decision import ArmSample, InsufficientData, compare
 from orchestrator.config.plan import Arm
 from orchestrator.protocol import HarnessTuningTable, TuningValue
 from orchestrator.results.records import Manifest
+from orchestrator.results.store import usable
 
 
 class TuningInputError(ValueError):
@@ -75,7 +76,7 @@ def choose(trials: pd.DataFrame, manifest: Manifest) -> pd.DataFrame:
     check_sweep(manifest)
     plan = manifest.plan
     default = plan.arms[0]
-    ok = trials[(trials["status"] == "ok") & trials["decode_tok_s"].notna()]
+    ok = usable(trials)
     if not len(ok):
         raise TuningInputError(f"run {manifest.run_id} has no finished trials")
     ok = ok.assign(chip_class=ok["device"].map(lambda d: chip_class(manifest, d, trials)))

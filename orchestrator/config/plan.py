@@ -70,6 +70,17 @@ class TrialSettings(Strict):
         return self
 
 
+class ThrottleProbePolicy(Strict):
+    """A short fixed reference workload before each trial, against the session's own baseline (its fastest
+    probe so far): throttling the OS does not report (DVFS, a thermal state that still says nominal) shows as
+    a slow probe. Slow: wait `wait_s` and probe again, up to `max_wait_s`; then the trial runs, is recorded as
+    run throttled, and is excluded from verdicts, the audit and rank (as AndroidX's ThrottleDetector)."""
+
+    max_slowdown: float = Field(default=0.05, gt=0, lt=1, description="Slower than the baseline by more: throttled")
+    wait_s: Wait = Field(default=30.0, description="Rest between a slow probe and the next")
+    max_wait_s: Wait = Field(default=600.0, description="Then the trial runs and is excluded")
+
+
 class SettlePolicy(Strict):
     require_nominal: bool = True
     battery_margin_c: float = Field(default=1.5, gt=0, le=100, description="Allowed rise over the idle baseline")
@@ -86,6 +97,8 @@ class SettlePolicy(Strict):
     max_load_1m: float | None = Field(
         default=None, ge=0, le=100_000, description="Hosts: wait while other work loads the CPU"
     )
+    throttle_probe: ThrottleProbePolicy | None = Field(
+        default=None, description="A reference workload before each trial, against the session's baseline")
 
 
 class SequentialLooks(Strict):
@@ -197,6 +210,22 @@ class RetryPolicy(Strict):
     )
 
 
+class InterferenceLimit(Strict):
+    """Hosts: how much of the machine's CPU other processes may take while a trial runs.
+
+    A trial over the limit is retried (up to `retry.max_attempts`, with the settle gate before each
+    attempt) and, if its last attempt is still over, kept in the journal but excluded from verdicts, the
+    audit and rank. Devices that cannot read it (phones, sims, SSH hosts) are not checked.
+    """
+
+    max_other_cpu_share: float = Field(
+        default=0.10, gt=0, le=1, description="Share of all CPUs' time over the trial (0.1: a tenth of the machine)")
+    retry: bool = Field(default=True, description="Retry a spoiled trial (within retry.max_attempts)")
+    quiet_wait_s: Wait = Field(
+        default=0.0, description="Before each trial, wait up to this long for a second in which other processes "
+        "stay under the limit (saying so on screen); then launch anyway, checked as ever. 0: do not wait")
+
+
 class Plan(Strict):
     name: Name = Field(description="Part of every run id (and so of directory and file names)")
     description: str = ""
@@ -216,6 +245,8 @@ class Plan(Strict):
     settle: SettlePolicy = SettlePolicy()
     decision: DecisionRule = DecisionRule()
     retry: RetryPolicy = RetryPolicy()
+    interference: InterferenceLimit | None = Field(
+        default_factory=InterferenceLimit, description="Hosts: other processes' CPU during a trial; null: not checked")
     devices: list[Name] | None = Field(default=None, description="Device ids to use; default all")
     probe: bool = Field(default=True, description="Measure each device's stream ceiling once per session (audit)")
     seed: Seed = 0

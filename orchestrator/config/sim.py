@@ -97,12 +97,18 @@ class ThermalModel(Strict):
     serious_c: Celsius = 41.0
     critical_c: Celsius = 46.0
     throttle_per_c: float = Field(default=0.03, ge=0, le=1, description="Throughput lost per degree above serious")
+    hidden_throttle_c: Celsius | None = Field(
+        default=None, description="From this SoC temperature (below fair_c: the OS still says nominal) throughput "
+        "falls by hidden_throttle, as DVFS does on real phones and Macs")
+    hidden_throttle: float = Field(default=0.10, ge=0, lt=1, description="Throughput lost above hidden_throttle_c")
     sensor_noise_c: float = Field(default=0.05, ge=0, le=10)
 
     @model_validator(mode="after")
     def _ordered(self) -> ThermalModel:
         if not (self.ambient_c + self.idle_rise_c < self.fair_c < self.serious_c < self.critical_c):
             raise ValueError("need ambient + idle_rise < fair_c < serious_c < critical_c")
+        if self.hidden_throttle_c is not None and self.hidden_throttle_c >= self.fair_c:
+            raise ValueError("hidden_throttle_c must be below fair_c (the throttling the thermal state does not show)")
         return self
 
 

@@ -9,11 +9,14 @@ from __future__ import annotations
 import abc
 import re
 from collections.abc import Callable
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from orchestrator.protocol import FailureKind, ThermalState, TrialResult, TrialSpec, parse_result
+
+if TYPE_CHECKING:
+    from orchestrator.devices.interference import CpuSample
 
 
 class _Record(BaseModel):
@@ -51,6 +54,17 @@ class TrialFailure(_Record):
     kind: FailureKind
     message: str
     detail: str | None = Field(default=None, description="Crash report, last output lines, ...")
+
+
+class Interference(_Record):
+    """What other processes took from the CPU while one trial ran (hosts that can read it)."""
+
+    wall_s: float = Field(ge=0, description="How long the trial's launch took, s")
+    cpus: int = Field(ge=1)
+    other_cpu_s: float = Field(ge=0, description="CPU seconds used by everything but the controller and the trial")
+    share: float = Field(ge=0, le=1, description="other_cpu_s / (wall_s x cpus): the machine's CPU others took")
+    top: list[str] = Field(default_factory=list, description="The largest other processes, for people")
+    source: str = Field(default="/proc", description="How it was read: /proc (Linux), ps (macOS), sim")
 
 
 class StreamProbe(_Record):
@@ -206,6 +220,16 @@ class Device(abc.ABC):
 
     async def probe(self) -> StreamProbe | None:
         """Measure the stream ceiling, where the device can (None where it cannot)."""
+        return None
+
+    async def throttle_probe(self) -> float | None:
+        """Run a short fixed reference workload and return its throughput (higher is faster; units are the
+        device's own, compared only with its own earlier probes). None where the device has none."""
+        return None
+
+    async def cpu_sample(self) -> CpuSample | None:
+        """The machine's CPU counters now, where the device shares a CPU that other work can use and the
+        controller can read it (a local host); None elsewhere. Two samples bracket each trial."""
         return None
 
     async def health(self) -> Health:

@@ -14,15 +14,18 @@ from orchestrator.devices.base import (
     Telemetry,
     TrialFailure,
 )
+from orchestrator.devices.interference import CpuSample
 from orchestrator.protocol import TrialResult, TrialSpec
 
 Handler = Callable[[TrialSpec], TrialResult | TrialFailure]
 
 
 class FakeDevice(Device):
-    def __init__(self, device_id: str, handler: Handler, *, telemetry: Telemetry | None = None):
+    def __init__(self, device_id: str, handler: Handler, *, telemetry: Telemetry | None = None,
+                 cpu: Callable[[], CpuSample | None] | None = None):
         self.id = device_id
         self.handler = handler
+        self.cpu = cpu
         self.specs: list[TrialSpec] = []
         self._telemetry = telemetry or Telemetry(t=0.0, thermal_state="nominal", battery_c=30.0)
         self.installed: str | None = None
@@ -48,6 +51,9 @@ class FakeDevice(Device):
     async def run_trial(self, spec: TrialSpec, timeout: float) -> TrialResult | TrialFailure:
         self.specs.append(spec)
         return self.handler(spec)
+
+    async def cpu_sample(self) -> CpuSample | None:
+        return self.cpu() if self.cpu is not None else None
 
     async def close(self) -> None:
         self.closed = True

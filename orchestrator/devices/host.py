@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import json
@@ -27,6 +28,7 @@ from orchestrator.devices.base import (
     result_or_failure,
 )
 from orchestrator.devices.deploy import push_to_host, remote_sha256
+from orchestrator.devices.interference import CpuSample, read_cpu
 from orchestrator.devices.runners import CommandResult, LocalRunner, Runner, RunnerError
 from orchestrator.protocol import TrialResult, TrialSpec
 from orchestrator.runtimes.base import RuntimeContext, adapter_for
@@ -37,6 +39,11 @@ HARNESS_ENGINES = ("rawloop-cpu",)
 HARNESS_CACHES = ("page_cache", "compiled_kernels")  # what the harness's raw loops can clear (clearableCaches)
 BUILD_TIMEOUT_S = 1800.0
 PROBE_TIMEOUT_S = 600.0
+# The throttle probe: the same fixed work every time (a million loop passes), timed inside the process so
+# interpreter start-up is not in it; the best of three runs.
+PROBE_LOOP = ("import time\nbest = 1e9\nfor _ in range(3):\n    t = time.perf_counter(); x = 0\n"
+              "    for i in range(1_000_000): x += i * i\n    best = min(best, time.perf_counter() - t)\n"
+              "print(best)")
 DONE = re.compile(r"^HARNESS_DONE (\S+) (.+)$")
 
 
@@ -184,6 +191,21 @@ class HostDevice(Device):
             return None
         return StreamProbe(gb_s=best["stream"], patterns=best, buffer_bytes=report.get("buffer_bytes"),
                            threads=report.get("threads"))
+
+    async def throttle_probe(self) -> float | None:
+        """A fixed integer loop in the host's Python, best of three runs: loop passes per second (millions)."""
+        with self._reachable():
+            res = await self._run([self.runner.python, "-c", PROBE_LOOP], timeout=60)
+        try:
+            return 1.0 / float(res.stdout.split()[-1]) if res.ok else None
+        except (ValueError, IndexError, ZeroDivisionError):
+            return None
+
+    async def cpu_sample(self) -> CpuSample | None:
+        """This machine's CPU counters (a host over SSH: not read, None)."""
+        if not isinstance(self.runner, LocalRunner):
+            return None
+        return await asyncio.to_thread(read_cpu)
 
     async def telemetry(self) -> Telemetry:
         with self._reachable():

@@ -30,6 +30,7 @@ from orchestrator.devices.base import (
 )
 from orchestrator.protocol import ThermalState, TrialResult, TrialSpec
 
+PROBE_S, PROBE_NOISE = 1.0, 0.01  # the throttle probe: a second of reference work, 1% run-to-run noise
 WARM_SPEEDUP = 1.04  # warm repetitions run a little faster than trial1, as on real devices
 
 
@@ -63,7 +64,9 @@ class Thermals:
         return "fair" if t >= self.m.fair_c else "nominal"
 
     def throttle(self) -> float:
-        return max(0.3, 1.0 - self.m.throttle_per_c * max(0.0, self.soc - self.m.serious_c))
+        hidden = 1.0 - self.m.hidden_throttle if self.m.hidden_throttle_c is not None and \
+            self.soc >= self.m.hidden_throttle_c else 1.0
+        return max(0.3, hidden * (1.0 - self.m.throttle_per_c * max(0.0, self.soc - self.m.serious_c)))
 
 
 class SimDevice(Device):
@@ -72,6 +75,7 @@ class SimDevice(Device):
         self.cfg = cfg
         self.clock = clock
         self.rng = np.random.default_rng([cfg.seed, zlib.crc32(cfg.id.encode()), stream])
+        self._probe_rng = np.random.default_rng([cfg.seed, zlib.crc32(cfg.id.encode()), stream, 1])
         self.thermals = Thermals(cfg)
         self._t_last = clock.now()
         self._session_start = clock.now()
@@ -131,6 +135,16 @@ class SimDevice(Device):
         self._busy(5.0, 1.0)
         return StreamProbe(gb_s=self.cfg.bandwidth_gb_s, patterns={"stream": self.cfg.bandwidth_gb_s})
 
+    async def throttle_probe(self) -> float:
+        """The reference workload: one second at full load; its throughput follows the device's clocks (1.0
+        when cool), with 1% noise of its own (drawn apart, so the trials' noise does not depend on it)."""
+        if self._lost():
+            raise DeviceUnavailable(f"{self.id}: not connected", fix="reconnect the USB cable")
+        self._catch_up()
+        rate = self.thermals.throttle() * math.exp(PROBE_NOISE * float(self._probe_rng.standard_normal()))
+        self._busy(PROBE_S, 1.0)
+        return rate
+
     async def run_trial(self, spec: TrialSpec, timeout: float) -> TrialResult | TrialFailure:
         self.launches += 1
         if self._lost():
@@ -167,6 +181,13 @@ class SimDevice(Device):
         if rng.random() < noise.outlier_rate:
             factor *= 1 - noise.outlier_slowdown
         factor *= self.thermals.throttle()
+        if self.cfg.thermal.hidden_throttle_c is not None:
+            # decode starts after the model load: the launch's own heat counts toward the clocks it runs at
+            launch_rise = self.cfg.thermal.heat_c_per_s * 0.5 * truth.load * truth.launch_s
+            hot = self.thermals.soc + launch_rise >= self.cfg.thermal.hidden_throttle_c
+            cool = self.thermals.soc >= self.cfg.thermal.hidden_throttle_c
+            if hot and not cool:
+                factor *= 1.0 - self.cfg.thermal.hidden_throttle
         decode = truth.decode_rate(self.cfg.bandwidth_gb_s) * truth.multiplier(spec.build, spec.tuning) * factor
         prefill = truth.prefill_rate(spec.chunk_width) * factor
         gens, elapsed = [], 0.0

@@ -9,11 +9,20 @@ from typing import Any
 import pandas as pd
 from pydantic import BaseModel
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from orchestrator.analysis.summary import family_words
-from orchestrator.results.records import Manifest, PushProgress, SessionStopped, TrialRecord
+from orchestrator.results.records import (
+    AttemptSpoiled,
+    Manifest,
+    PushProgress,
+    SessionStopped,
+    SettleWaiting,
+    TrialRecord,
+)
+from orchestrator.results.store import excluded_counts
 
 VERDICT_STYLE = {"faster": "bold green", "slower": "bold red", "equivalent": "cyan", "inconclusive": "yellow"}
 
@@ -35,6 +44,7 @@ class LiveProgress:
             for s in manifest.sessions
         }
         self.failures: Counter[str] = Counter()
+        self.excluded: Counter[str] = Counter()
 
     def __enter__(self) -> LiveProgress:
         self.progress.start()
@@ -52,9 +62,19 @@ class LiveProgress:
             else:
                 rate = record.result.decode_tok_s() if record.result else None
                 status = f"{record.arm}: {rate:.1f} tok/s" if rate else record.arm
+                if record.excluded:
+                    self.excluded[device] += 1
+                    status += " (excluded)"
+            if self.excluded[device]:
+                status += f"  [yellow]{self.excluded[device]} excluded[/]"
             if self.failures[device]:
                 status += f"  [red]{self.failures[device]} failed[/]"
             self.progress.update(task, advance=1, status=status)
+        elif isinstance(record, SettleWaiting):
+            self.progress.update(task, status=f"waiting: {escape(record.why)}")  # process names are not markup
+        elif isinstance(record, AttemptSpoiled):
+            why = escape(record.why.split(" (")[0])
+            self.progress.update(task, status=f"[yellow]retrying {record.trial_id}[/]: {why}")
         elif isinstance(record, SessionStopped):
             self.progress.update(task, status=f"stopped: {record.reason}")
         elif isinstance(record, PushProgress):  # prepare putting the model on the device
@@ -95,8 +115,8 @@ def session_table(trials: pd.DataFrame, stops: dict[str, str], manifest: Manifes
                   spent: pd.DataFrame | None = None) -> Table:
     """One row per device: trials, failures, the settle gate, device time (`spent`: devicetime's table)."""
     table = Table(title=f"Run {manifest.run_id}: plan {manifest.plan.name}", title_justify="left")
-    for col in ("device", "planned", "ok", "failed", "failures by kind", "settle wait median s", "state rose",
-                "device min", "settle %", "session"):
+    for col in ("device", "planned", "ok", "failed", "failures by kind", "excluded", "settle wait median s",
+                "state rose", "device min", "settle %", "session"):
         table.add_column(col)
     spent_by = spent.set_index("device") if spent is not None and len(spent) else None
     for s in manifest.sessions:
@@ -105,9 +125,11 @@ def session_table(trials: pd.DataFrame, stops: dict[str, str], manifest: Manifes
         kinds = Counter(mine["failure_kind"].dropna())
         wait = mine["settle_waited_s"].median() if len(mine) else float("nan")
         row = spent_by.loc[s.device] if spent_by is not None and s.device in spent_by.index else None
+        excluded = excluded_counts(mine).get(s.device, {})
         table.add_row(
             s.device, str(len(s.trials)), str(ok), str(len(mine) - ok),
-            ", ".join(f"{k} {n}" for k, n in sorted(kinds.items())) or "-", _fmt(wait, ".0f"),
+            ", ".join(f"{k} {n}" for k, n in sorted(kinds.items())) or "-",
+            ", ".join(f"{k} {n}" for k, n in sorted(excluded.items())) or "-", _fmt(wait, ".0f"),
             str(int(mine["state_rose"].sum())), _fmt(row["total_min"] if row is not None else None, ".1f"),
             _fmt(row["settle_share"] if row is not None else None, ".0%"), stops.get(s.device, "not started"),
         )

@@ -12,6 +12,7 @@ from orchestrator.analysis.audit import RULE
 from orchestrator.config.candidates import CeilingTable
 from orchestrator.report.markdown import (
     AUDIT_COLS,
+    EXCLUDED_COLS,
     FAIL_COLS,
     GATE_COLS,
     REF_GATE_COLS,
@@ -79,6 +80,8 @@ def to_html(report: Report) -> str:
     h += ["<h2>Sessions</h2>", _table(sessions_frame(report), SESSION_COLS)]
     if not report.failures.empty:
         h += ['<h2 class="fail">Failures (kept as data)</h2>', _table(report.failures, FAIL_COLS)]
+    if not report.excluded.empty:
+        h += ["<h2>Excluded from verdicts, audit and rank (kept as data)</h2>", _table(report.excluded, EXCLUDED_COLS)]
     h += ["<h2>tok/s per device and arm</h2>", _img(report, "distributions", "tok/s distributions")]
     h += ["<h2>tok/s in trial order, thermal state and settle waits</h2>",
           _img(report, "trial_order", "tok/s in trial order")]

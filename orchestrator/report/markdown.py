@@ -46,6 +46,7 @@ class Report:
     figures: dict[str, bytes] = field(default_factory=dict)  # name -> PNG
     chips: dict[str, str] = field(default_factory=dict)  # device -> chip class (device_chips)
     device_time: pd.DataFrame = field(default_factory=pd.DataFrame)  # per device (analysis.devicetime)
+    excluded: pd.DataFrame = field(default_factory=pd.DataFrame)  # finished trials kept out of the verdicts
 
 
 def token_gates(manifest: Manifest, records: list[Any]) -> pd.DataFrame:
@@ -118,7 +119,10 @@ def collect(run: RunDir, ceilings: CeilingTable | None, history: Path | None = N
     pre = prefill_view(trials, manifest, ceilings) if ceilings is not None and len(ok) else None
     failures = trials[trials["status"] != "ok"][["device", "trial_id", "arm", "attempts", "failure_kind",
                                                  "failure_message"]] if len(trials) else pd.DataFrame()
+    kept_out = trials[(trials["status"] == "ok") & trials["excluded"].notna()][list(EXCLUDED_COLS)] if len(trials) \
+        else pd.DataFrame()
     report = Report(run=run, manifest=manifest, trials=trials, verdicts=table, stops=ended, audit=aud, prefill=pre,
+                    excluded=kept_out,
                     gates=token_gates(manifest, records), reference_gates=_reference_gates(run, records),
                     failures=failures,
                     nightly=_nightly(history, manifest), chips=device_chips(manifest, records), device_time=spent)
@@ -219,6 +223,9 @@ GATE_COLS = {"device": ("device", ""), "arm": ("arm", ""), "launches": ("launche
 REF_GATE_COLS = {"device": ("device", ""), "arm": ("arm", ""), "runtime": ("runtime", ""),
                  "quant_class": ("class", ""), "trials": ("trials", "d"), "prefill": ("prefill gate", ""),
                  "decode": ("decode gate", ""), "first_divergence": ("first fork", ".0f")}
+EXCLUDED_COLS = {"device": ("device", ""), "trial_id": ("trial", ""), "arm": ("arm", ""),
+                 "decode_tok_s": ("tok/s", ".1f"), "other_cpu_share": ("others' CPU", ".0%"),
+                 "throttle_slowdown": ("probe slowdown", ".1%"), "excluded": ("why", "")}
 FAIL_COLS = {"device": ("device", ""), "trial_id": ("trial", ""), "arm": ("arm", ""), "attempts": ("attempts", "d"),
              "failure_kind": ("kind", ""), "failure_message": ("message", "")}
 
@@ -243,6 +250,9 @@ def to_markdown(report: Report, image: Callable[[str], str]) -> str:
               "## Sessions", "", md_table(sessions_frame(report), SESSION_COLS), ""]
     if not report.failures.empty:
         parts += ["## Failures (kept as data)", "", md_table(report.failures, FAIL_COLS), ""]
+    if not report.excluded.empty:
+        parts += ["## Excluded from verdicts, audit and rank (kept as data)", "",
+                  md_table(report.excluded, EXCLUDED_COLS), ""]
     for name, head in (("distributions", "tok/s per device and arm"),
                        ("trial_order", "tok/s in trial order, thermal state and settle waits")):
         if name in report.figures:

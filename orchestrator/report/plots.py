@@ -14,9 +14,14 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
+from orchestrator.results.store import usable
+
 PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22"]
 THERMAL_COLOR = {"nominal": "#d9f0d3", "fair": "#fee08b", "serious": "#fc8d59", "critical": "#d73027"}
 DPI = 110
+# Trials kept out of the verdicts, by the reason's first word (records.TrialRecord.excluded)
+EXCLUDED_STYLE: dict[str, dict[str, str]] = {"interference": {"marker": "D", "edgecolors": "#ff7f0e"},
+                                             "throttled": {"marker": "s", "edgecolors": "#9467bd"}}
 
 
 def _png(fig: Figure) -> bytes:
@@ -32,7 +37,7 @@ def _colors(arms: list[str]) -> dict[str, str]:
 
 def distributions(trials: pd.DataFrame, arms: list[str]) -> bytes:
     """Per device: each arm's trial1 decode tok/s as a box with every launch on top."""
-    ok = trials[(trials["status"] == "ok") & trials["decode_tok_s"].notna()]
+    ok = usable(trials)
     devices = sorted(trials["device"].unique())
     colors = _colors(arms)
     fig, axes = plt.subplots(1, len(devices), figsize=(3.2 * len(devices) + 0.5, 3.6), squeeze=False)
@@ -71,6 +76,10 @@ def trial_order(trials: pd.DataFrame, arms: list[str]) -> bytes:
             ax.plot(s["seq"], s["decode_tok_s"], "o-", ms=3, lw=0.6, color=colors[a], label=a)
         rose = ok[ok["state_rose"].astype(bool)]
         ax.scatter(rose["seq"], rose["decode_tok_s"], s=60, facecolors="none", edgecolors="black", lw=1, zorder=4)
+        if "excluded" in ok.columns:
+            for kind, style in EXCLUDED_STYLE.items():
+                hit = ok[ok["excluded"].fillna("").astype(str).str.startswith(kind)]
+                ax.scatter(hit["seq"], hit["decode_tok_s"], s=90, zorder=5, facecolors="none", lw=1.4, **style)
         failed = mine[mine["status"] != "ok"]
         if len(failed):
             lo = ok["decode_tok_s"].min() if len(ok) else 0
@@ -88,7 +97,10 @@ def trial_order(trials: pd.DataFrame, arms: list[str]) -> bytes:
     handles += [Line2D([], [], ls="", marker="s", ms=9, color=c, label=s) for s, c in THERMAL_COLOR.items()]
     handles += [Line2D([], [], ls="", marker="o", ms=8, mfc="none", mec="black", label="state rose during trial"),
                 Line2D([], [], ls="", marker="x", color="#d62728", label="failed launch")]
-    fig.legend(handles=handles, loc="upper center", ncol=min(len(handles), 9), fontsize=8, frameon=False,
+    handles += [Line2D([], [], ls="", marker=st["marker"], ms=9, mfc="none", mec=st["edgecolors"],
+                       label=f"excluded: {label}") for label, st in (("other processes took the CPU",
+                       EXCLUDED_STYLE["interference"]), ("throttle probe slow", EXCLUDED_STYLE["throttled"]))]
+    fig.legend(handles=handles, loc="upper center", ncol=min(len(handles), 6), fontsize=8, frameon=False,
                bbox_to_anchor=(0.5, 1.0 + 0.25 / max(len(devices), 1)))
     axes[-1][0].set_xlabel("trial (seq) in the session")
     fig.tight_layout()

@@ -3,7 +3,10 @@
 Schema history:
 - 1: first version. Later additions, all optional to readers: `prepared` records (where a session's
   model files landed, by sha256); the manifest's `model_sha256`; a `prepared` record's `chip_class`
-  (what the device said it is: an iPhone's from its ProductType).
+  (what the device said it is: an iPhone's from its ProductType); a `trial` record's `interference`
+  (other processes' CPU during it), `throttle` (the settle gate's throttle probe before it) and
+  `excluded` (why its number is kept out of verdicts, the audit and rank); `attempt_spoiled` records
+  (an attempt whose number could not be trusted, retried).
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from orchestrator.config.fleet import Fleet
 from orchestrator.config.plan import Plan
-from orchestrator.devices.base import Placed, StreamProbe, Telemetry, TrialFailure
+from orchestrator.devices.base import Interference, Placed, StreamProbe, Telemetry, TrialFailure
 from orchestrator.protocol import TrialResult
 
 SCHEMA_VERSION: Literal[1] = 1
@@ -58,6 +61,18 @@ class Manifest(_Rec):
         return next(s for s in self.sessions if s.device == device)
 
 
+class ThrottleCheck(_Rec):
+    """The settle gate's throttle probe before a trial: a short fixed workload against the session's own
+    baseline (the fastest of its first probes). Slow means throttled, whatever the thermal state says."""
+
+    rate: float = Field(gt=0, description="The probe's throughput, in the probe's own units (higher is faster)")
+    baseline: float = Field(gt=0, description="The session's baseline for this probe")
+    slowdown: float = Field(description="1 - rate / baseline")
+    slow: bool = Field(description="Over the plan's max_slowdown at the last probe (the gate gave up waiting)")
+    probes: int = Field(ge=1, description="Probes run before this trial (a slow probe is waited out and rerun)")
+    waited_s: float = Field(ge=0, description="Time spent waiting for a slow probe to recover")
+
+
 class Settle(_Rec):
     settled: bool
     waited_s: float
@@ -65,6 +80,9 @@ class Settle(_Rec):
     baseline_c: float | None
     before: Telemetry | None
     blocking: list[str] = Field(default_factory=list, description="What still held the gate at the last poll")
+    throttle: ThrottleCheck | None = Field(default=None, description="The throttle probe, where the plan runs one")
+    quiet: Interference | None = Field(default=None, description="Other processes' CPU in the second before the "
+                                       "launch, where the plan waits for quiet (interference.quiet_wait_s)")
 
 
 class RunStarted(_Rec):
@@ -99,6 +117,12 @@ class PushProgress(_Rec):
     total: int
 
 
+class SettleWaiting(_Rec):
+    """Not journaled: what a live view shows while the settle gate holds a trial back."""
+
+    why: str
+
+
 class ProbeRecord(_Rec):
     """The device's stream ceiling, measured at the start of its session."""
 
@@ -115,6 +139,21 @@ class AttemptFailed(_Rec):
     attempt: int
     failure: TrialFailure
     will_retry: bool
+    wall: float
+    settle_waited_s: float = Field(default=0.0, ge=0, description="The settle wait before this attempt")
+    duration_s: float = Field(default=0.0, ge=0, description="The attempt's launch, as the device clock saw it")
+
+
+class AttemptSpoiled(_Rec):
+    """An attempt that ran, but whose number cannot be trusted (other work took the CPU); retried."""
+
+    type: Literal["attempt_spoiled"] = "attempt_spoiled"
+    device: str
+    trial_id: str
+    attempt: int
+    why: str
+    interference: Interference | None = None
+    decode_tok_s: float | None = None
     wall: float
     settle_waited_s: float = Field(default=0.0, ge=0, description="The settle wait before this attempt")
     duration_s: float = Field(default=0.0, ge=0, description="The attempt's launch, as the device clock saw it")
@@ -138,6 +177,8 @@ class TrialRecord(_Rec):
     state_rose: bool
     result: TrialResult | None = None
     failure: TrialFailure | None = None
+    interference: Interference | None = Field(default=None, description="Other processes' CPU during the trial")
+    excluded: str | None = Field(default=None, description="Why its number is kept out of verdicts, audit and rank")
 
 
 class LookPair(_Rec):
@@ -180,7 +221,7 @@ class RunFinished(_Rec):
 
 
 Record = Annotated[
-    RunStarted | PreparedRecord | ProbeRecord | AttemptFailed | TrialRecord | LookRecord | SessionStopped
+    RunStarted | PreparedRecord | ProbeRecord | AttemptFailed | AttemptSpoiled | TrialRecord | LookRecord | SessionStopped
     | RunFinished,
     Field(discriminator="type"),
 ]

@@ -25,6 +25,7 @@ from orchestrator.protocol import TrialResult
 from orchestrator.results.journal import Reading, read_records
 from orchestrator.results.records import (
     AttemptFailed,
+    AttemptSpoiled,
     LookRecord,
     Manifest,
     PreparedRecord,
@@ -148,12 +149,13 @@ def _belongs(manifest: Manifest) -> Any:
     seen: set[tuple[str, str]] = set()
 
     def check(rec: Record) -> str | None:
-        device_records = PreparedRecord | ProbeRecord | AttemptFailed | TrialRecord | LookRecord | SessionStopped
+        device_records = (PreparedRecord | ProbeRecord | AttemptFailed | AttemptSpoiled | TrialRecord | LookRecord
+                          | SessionStopped)
         if not isinstance(rec, device_records):
             return None
         if rec.device not in planned:
             return f"{rec.type} record of device {rec.device!r}, which has no session in the manifest"
-        if not isinstance(rec, AttemptFailed | TrialRecord):
+        if not isinstance(rec, AttemptFailed | AttemptSpoiled | TrialRecord):
             return None
         trial = planned[rec.device].get(rec.trial_id)
         if trial is None:
@@ -226,7 +228,7 @@ def trial_rows(manifest: Manifest, records: list[Record]) -> pd.DataFrame:
     chips = device_chips(manifest, records)
     retried: dict[tuple[str, str], float] = {}  # failed attempts before the final one: settle + launch
     for r in records:
-        if isinstance(r, AttemptFailed):
+        if isinstance(r, AttemptFailed | AttemptSpoiled):
             retried[r.device, r.trial_id] = retried.get((r.device, r.trial_id), 0.0) + r.settle_waited_s + r.duration_s
     rows: list[dict[str, Any]] = []
     for rec in records:
@@ -259,6 +261,9 @@ def trial_rows(manifest: Manifest, records: list[Record]) -> pd.DataFrame:
             "battery_before_c": before.battery_c if before else None,
             "battery_after_c": after.battery_c if after else None,
             "settle_waited_s": rec.settle.waited_s,
+            "other_cpu_share": rec.interference.share if rec.interference else None,
+            "throttle_slowdown": rec.settle.throttle.slowdown if rec.settle.throttle else None,
+            "excluded": rec.excluded,
             "probe_gb_s": probes.get(rec.device),
             "t_start_s": rec.t_start, "duration_s": rec.duration_s,
             "measured_s": min(measured_s(res), rec.duration_s) if res else 0.0,
@@ -275,7 +280,8 @@ _COLUMNS = [
     "failure_kind", "failure_message", "decode_tok_s", "prefill_tok_s", "ttft_s", "warm_decode_tok_s",
     "bytes_per_decode_token", "bytes_per_prefill_token", "effective_gb_s", "chunk_width", "engine_version",
     "harness_build", "thermal_before", "thermal_after", "state_rose", "battery_before_c", "battery_after_c",
-    "settle_waited_s", "probe_gb_s", "t_start_s", "duration_s", "measured_s", "launch_s", "retry_s", "wall_start",
+    "settle_waited_s", "other_cpu_share", "throttle_slowdown", "excluded", "probe_gb_s", "t_start_s", "duration_s",
+    "measured_s", "launch_s", "retry_s", "wall_start",
 ]
 
 
@@ -283,6 +289,43 @@ def measured_s(result: TrialResult) -> float:
     """The timed part of a launch: each generation from submit to its last token (trial1, warm ones)."""
     gens = [g for g in (result.trial1, *result.warm) if g is not None]
     return sum(g.token_times_ns[-1] for g in gens if g.token_times_ns) * 1e-9
+
+
+def usable(trials: pd.DataFrame, column: str = "decode_tok_s") -> pd.DataFrame:
+    """The trials a conclusion may be drawn from: finished, with `column`, and not excluded (other work took
+    the CPU, or the device ran throttled). Tables without an `excluded` column (older runs) exclude none."""
+    keep = (trials["status"] == "ok") & trials[column].notna()
+    if "excluded" in trials.columns:
+        keep &= trials["excluded"].isna()
+    return trials[keep]
+
+
+def excluded_counts(trials: pd.DataFrame) -> dict[str, dict[str, int]]:
+    """Per device, how many finished trials were excluded and why (the reason's first word)."""
+    if "excluded" not in trials.columns:
+        return {}
+    out: dict[str, dict[str, int]] = {}
+    hit = trials[(trials["status"] == "ok") & trials["excluded"].notna()]
+    for device, why in zip(hit["device"], hit["excluded"], strict=True):
+        kind = str(why).split(":", 1)[0]
+        out.setdefault(str(device), {}).setdefault(kind, 0)
+        out[str(device)][kind] += 1
+    return out
+
+
+def excluded_words(trials: pd.DataFrame) -> str | None:
+    """One line saying what was excluded, or None when nothing was."""
+    counts = excluded_counts(trials)
+    if not counts:
+        return None
+    total = sum(sum(c.values()) for c in counts.values())
+    per = "; ".join(f"{d}: " + ", ".join(f"{n} {k}" for k, n in sorted(c.items())) for d, c in sorted(counts.items()))
+    kinds = {k for c in counts.values() for k in c}
+    why = [text for kind, text in (("interference", "other processes took more of the CPU than the plan allows"),
+                                   ("throttled", "the throttle probe stayed slow (throttled, whatever the OS said)"))
+           if kind in kinds]
+    return (f"{total} finished trial{'s' if total != 1 else ''} excluded from verdicts, the audit and rank ({per}): "
+            + "; ".join(why or ["see the trials' `excluded` column"]))
 
 
 def stops(records: list[Record]) -> dict[str, SessionStopped]:

@@ -114,7 +114,7 @@ def pools_for(manifest: Manifest, records: list[Any], running: list[str]) -> dic
         pool = ClassPool(name, members, plan, seed=manifest.seed)
         for r in records:
             if isinstance(r, TrialRecord) and r.device in members:
-                value = plan.decision.measure(r.result) if r.result is not None else None
+                value = plan.decision.measure(r.result) if r.result is not None and r.excluded is None else None
                 pool.record(r.device, r.seq, r.block, r.arm, value)
             elif isinstance(r, LookRecord) and r.device in members:
                 pool.looks_done = max(pool.looks_done, r.look + 1)

@@ -10,6 +10,7 @@ from orchestrator.devices.base import Artifacts, Device
 from orchestrator.results.records import (
     EARLY_STOPS,
     AttemptFailed,
+    AttemptSpoiled,
     LookRecord,
     Manifest,
     PreparedRecord,
@@ -34,11 +35,11 @@ def resume_state(manifest: Manifest, records: list[Record]) -> dict[str, Session
             st.used_s += rec.settle.waited_s + rec.duration_s
             st.done.add(rec.trial_id)
             st.attempts.pop(rec.trial_id, None)
-            if rec.result is not None:
+            if rec.result is not None and rec.excluded is None:
                 v = manifest.plan.decision.measure(rec.result)
                 if v is not None:
                     st.values.setdefault(rec.arm, []).append((rec.block, v))
-        elif isinstance(rec, AttemptFailed):
+        elif isinstance(rec, AttemptFailed | AttemptSpoiled):
             states[rec.device].attempts[rec.trial_id] = rec.attempt
             states[rec.device].used_s += rec.settle_waited_s + rec.duration_s
         elif isinstance(rec, PreparedRecord):

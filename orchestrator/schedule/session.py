@@ -14,10 +14,12 @@ from orchestrator.analysis.decision import ArmSample
 from orchestrator.analysis.sequential import adaptive_due, adaptive_looks, decide_at, due_look, look_family
 from orchestrator.clock import Clock
 from orchestrator.config.plan import Plan
-from orchestrator.devices.base import Artifacts, Device, DeviceUnavailable, TrialFailure
-from orchestrator.protocol import THERMAL_ORDER, TrialSpec
+from orchestrator.devices.base import Artifacts, Device, DeviceUnavailable, Interference, TrialFailure
+from orchestrator.devices.interference import CpuSample, between
+from orchestrator.protocol import THERMAL_ORDER, TrialResult, TrialSpec
 from orchestrator.results.records import (
     AttemptFailed,
+    AttemptSpoiled,
     LookPair,
     LookRecord,
     PreparedRecord,
@@ -26,7 +28,9 @@ from orchestrator.results.records import (
     ScheduledTrial,
     SessionPlan,
     SessionStopped,
+    SettleWaiting,
     StopReason,
+    ThrottleCheck,
     TrialRecord,
 )
 from orchestrator.schedule.pool import ClassPool
@@ -105,7 +109,10 @@ class Session:
                                   chip_class=info.chip_class, seconds=prepared_s, wall=self.clock.wall()))
         if self.plan.probe and not self.state.probed:
             await self._probe()
-        gate, failures_in_row = SettleGate(self.plan.settle, self.clock), 0
+        gate = SettleGate(self.plan.settle, self.clock, lambda why: self.observe(self.schedule.device,
+                                                                                  SettleWaiting(why=why)),
+                          self.plan.interference)
+        failures_in_row = 0
         for trial in self.schedule.trials:
             if trial.trial_id in self.state.done:
                 continue
@@ -122,7 +129,8 @@ class Session:
                 assert last is not None
                 return "too_many_failures", f"{failures_in_row} trials in a row failed; last: {last.kind}: " \
                                             f"{last.message}"
-            value = self.plan.decision.measure(outcome.result) if outcome.result is not None else None
+            trusted = outcome.result is not None and outcome.excluded is None  # an excluded trial informs no look
+            value = self.plan.decision.measure(outcome.result) if trusted and outcome.result is not None else None
             if value is not None:
                 self.state.values.setdefault(trial.arm, []).append((trial.block, value))
             if self.pool is not None:
@@ -145,15 +153,30 @@ class Session:
                 unavailable = any(b.startswith("device unavailable") for b in settle.blocking)
                 self.observe(self.schedule.device, settle)
                 return "device_unavailable" if unavailable else "settle_timeout"
+            cpu_before = await self._cpu()
             t0, wall = self.clock.now(), self.clock.wall()
             try:
                 outcome = await self.device.run_trial(spec, self.plan.trial.timeout_s)
             except Exception as exc:  # the contract says never; a broken backend still becomes data
                 outcome = TrialFailure(kind="launch_failed", message=f"backend raised {type(exc).__name__}: {exc}")
+            cpu_after = await self._cpu()
             gate.trial_ended()
             duration = self.clock.now() - t0
             self.state.used_s += settle.waited_s + duration
+            interference = between(cpu_before, cpu_after) if cpu_before and cpu_after else None
+            excluded = None if isinstance(outcome, TrialFailure) else self._excluded(interference, settle.throttle)
             retry = self.plan.retry
+            limit = self.plan.interference
+            spoiled = excluded is not None and excluded.startswith("interference")  # a throttled one was waited on
+            if spoiled and limit is not None and limit.retry and attempt < retry.max_attempts:
+                assert excluded is not None
+                rate = outcome.decode_tok_s() if isinstance(outcome, TrialResult) else None
+                self._emit(AttemptSpoiled(
+                    device=self.schedule.device, trial_id=trial.trial_id, attempt=attempt, why=excluded,
+                    interference=interference, decode_tok_s=rate, wall=self.clock.wall(),
+                    settle_waited_s=settle.waited_s, duration_s=round(duration, 6),
+                ))
+                continue  # the settle gate again, then a fresh launch
             if (
                 isinstance(outcome, TrialFailure)
                 and outcome.kind in retry.retry_on
@@ -178,9 +201,31 @@ class Session:
                 settle=settle, after=after, state_rose=after_rank > before_rank >= 0,
                 result=None if isinstance(outcome, TrialFailure) else outcome,
                 failure=outcome if isinstance(outcome, TrialFailure) else None,
+                interference=interference, excluded=excluded,
             )
             self._emit(record)
             return record
+
+    async def _cpu(self) -> CpuSample | None:
+        """The machine's CPU counters, where the plan checks interference and the device can read them."""
+        if self.plan.interference is None:
+            return None
+        try:
+            return await self.device.cpu_sample()
+        except Exception:  # no reading: the trial is not checked, never lost
+            return None
+
+    def _excluded(self, interference: Interference | None, throttle: ThrottleCheck | None) -> str | None:
+        """Why a finished trial's number cannot be trusted, or None."""
+        if throttle is not None and throttle.slow:
+            return (f"throttled: the throttle probe ran {throttle.slowdown:.0%} slower than the session's baseline "
+                    f"after {throttle.waited_s:.0f} s of waiting")
+        limit = self.plan.interference
+        if limit is not None and interference is not None and interference.share > limit.max_other_cpu_share:
+            who = f"; {interference.top[0]}" if interference.top else ""
+            return (f"interference: other processes took {interference.share:.0%} of the CPU during the trial "
+                    f"(limit {limit.max_other_cpu_share:.0%}){who}")
+        return None
 
     async def _probe(self) -> None:
         """The ceiling for the audit, once per session; a device that cannot probe just has none."""

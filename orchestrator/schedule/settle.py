@@ -3,22 +3,31 @@
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 
 from orchestrator.clock import Clock
-from orchestrator.config.plan import SettlePolicy
-from orchestrator.devices.base import Device, DeviceUnavailable, Telemetry
-from orchestrator.results.records import Settle
+from orchestrator.config.plan import InterferenceLimit, SettlePolicy
+from orchestrator.devices.base import Device, DeviceUnavailable, Interference, Telemetry
+from orchestrator.devices.interference import between
+from orchestrator.results.records import Settle, ThrottleCheck
+
+QUIET_WINDOW_S = 1.0  # how long the gate watches other processes before a trial, when the plan asks it to
 
 
 class SettleGate:
-    """One per session: it remembers the baseline, the temperature history and the last trial's end."""
+    """One per session: it remembers the baseline, the temperature history, the last trial's end and the
+    throttle probe's baseline (the fastest probe of the session)."""
 
-    def __init__(self, policy: SettlePolicy, clock: Clock):
+    def __init__(self, policy: SettlePolicy, clock: Clock, waiting: Callable[[str], None] = lambda why: None,
+                 interference: InterferenceLimit | None = None):
         self.policy = policy
+        self.interference = interference
         self.clock = clock
+        self.waiting = waiting  # told what the gate waits for, for people watching
         self.baseline: float | None = policy.idle_baseline_c
         self.history: deque[tuple[float, float]] = deque()
         self.last_end: float | None = None
+        self.probe_baseline: float | None = None
 
     def trial_ended(self) -> None:
         self.last_end = self.clock.now()
@@ -41,14 +50,69 @@ class SettleGate:
             # within a microsecond of the timeout is the timeout: a sleep of the float rounding left over
             # would not move a virtual clock at all, and the gate would poll forever
             if not blocking or waited >= self.policy.timeout_s - 1e-6:
+                probing = self.clock.now()
+                quiet = await self._quiet(device) if not blocking else None
+                throttle = await self._throttle(device) if not blocking else None
+                waited += self.clock.now() - probing if quiet is not None or throttle is not None else 0.0
                 return Settle(
-                    settled=not blocking, waited_s=round(waited, 3), polls=polls, baseline_c=self.baseline,
-                    before=reading, blocking=blocking,
+                    settled=not blocking, waited_s=round(waited, 3), polls=polls,
+                    baseline_c=self.baseline, before=reading, blocking=blocking, throttle=throttle, quiet=quiet,
                 )
+            self.waiting("; ".join(blocking))
             gap_left = self._gap_left(now)
             only_gap = len(blocking) == 1 and gap_left > 0
             step = gap_left if only_gap else self.policy.poll_s
             await self.clock.sleep(min(step, self.policy.timeout_s - waited))
+
+    async def _quiet(self, device: Device) -> Interference | None:
+        """Other processes' share of the CPU over a second, until it is under the plan's limit or the plan's
+        `quiet_wait_s` has passed; the last reading (None where the device has no CPU counters to read)."""
+        limit = self.interference
+        if limit is None or limit.quiet_wait_s <= 0:
+            return None
+        start = self.clock.now()
+        while True:
+            try:
+                before = await device.cpu_sample()
+                await self.clock.sleep(QUIET_WINDOW_S)
+                after = await device.cpu_sample()
+            except Exception:  # no reading: the trial is still checked while it runs, where it can be
+                return None
+            if before is None or after is None:
+                return None
+            got = between(before, after)
+            waited = self.clock.now() - start
+            if got.share <= limit.max_other_cpu_share or waited >= limit.quiet_wait_s:
+                return got
+            who = f"; {got.top[0]}" if got.top else ""
+            self.waiting(f"waiting for quiet: other processes took {got.share:.0%} of the CPU "
+                         f"(limit {limit.max_other_cpu_share:.0%}{who}), {waited:.0f}/{limit.quiet_wait_s:.0f} s")
+
+    async def _throttle(self, device: Device) -> ThrottleCheck | None:
+        """The throttle probe against the session's fastest: slow means wait and probe again, until it is not
+        or `max_wait_s` has passed (then the check says slow and the trial is excluded)."""
+        policy = self.policy.throttle_probe
+        if policy is None:
+            return None
+        start, probes = self.clock.now(), 0
+        while True:
+            try:
+                rate = await device.throttle_probe()
+            except Exception:  # no probe from this device now: the trial is not checked
+                return None
+            if rate is None or not rate > 0:
+                return None
+            probes += 1
+            self.probe_baseline = max(self.probe_baseline or rate, rate)
+            slowdown = 1.0 - rate / self.probe_baseline
+            waited = self.clock.now() - start
+            slow = slowdown > policy.max_slowdown
+            if not slow or waited + policy.wait_s > policy.max_wait_s:
+                return ThrottleCheck(rate=rate, baseline=self.probe_baseline, slowdown=round(slowdown, 5), slow=slow,
+                                     probes=probes, waited_s=round(waited, 3))
+            self.waiting(f"throttle probe {slowdown:.0%} slower than the session's baseline "
+                         f"(limit {policy.max_slowdown:.0%}): resting {policy.wait_s:.0f} s")
+            await self.clock.sleep(policy.wait_s)
 
     def _gap_left(self, now: float) -> float:
         left = 0.0 if self.last_end is None else self.policy.min_gap_s - (now - self.last_end)
