@@ -189,11 +189,11 @@ def write(rows: list[dict[str, Any]], sizing: dict[str, Any], reps: int, name: s
                          f"{100 * s['predicted_null_faster_or_slower']:.1f}% | {s['predicted_5pct_mean_launches']:.1f}, "
                          f"{100 * s['predicted_5pct_faster']:.1f}% | {s['fixed_for_5pct']} / {s['fixed_for_equivalence']} | "
                          f"{s['blocks_for_equivalence']} |")
-    lines += ["", "Notes: the defaults' false faster/slower rate sits a little above the design's 5% (as the fixed rule's",
-              "does on the same phones): ABBA blocks repeat, so a block's last launch and the next block's first are the",
-              "same arm and AR(1) noise correlates neighbouring blocks' differences, which the signed-rank and permutation",
-              "tests assume away (see orchestrator/analysis/sequential.py). `plan size` is normal theory: it predicts the",
-              "launches under no difference well; under a gap the rank test needs more blocks early than it assumes."]
+    lines += ["", "Notes: the order is the default abba-baab (ABBA blocks alternating with BAAB). With ABBA repeated, a",
+              "block's last launch and the next block's first are the same arm and AR(1) noise correlates neighbouring",
+              "blocks' differences, which the signed-rank and permutation tests assume away: the defaults then said",
+              "faster/slower 5.4% under no difference (1000 phones, before the change). `plan size` is normal theory:",
+              "it predicts the launches under no difference well; under a gap the rank test needs more blocks early."]
     (out / f"{name}.md").write_text("\n".join(lines) + "\n")
 
 
