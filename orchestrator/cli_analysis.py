@@ -142,8 +142,7 @@ def rank_cmd(
     dest: Annotated[Path | None, typer.Option("--out", help="Write CSV/JSON here instead of stdout")] = None,
 ) -> None:
     """Re-rank the candidate table with measured runs: measured vs expected, audit headroom, gates."""
-    from orchestrator.analysis.nightly import load_history_trials
-    from orchestrator.analysis.rank import HISTORY_OBS_COLUMNS, empty_observations, observations, rank
+    from orchestrator.analysis.rank import empty_observations, observations, rank, rank_summary, summarize_history
     from orchestrator.config.candidates import load_candidates, load_ceilings
 
     try:
@@ -154,12 +153,11 @@ def rank_cmd(
     for r in runs or []:
         run_dir = _run(results, r)
         frames.append(observations(_finished(run_dir), run_dir.manifest()))
-    if history is not None:
-        if not (history / "trials").is_dir():
-            _bad_input(f"no nightly history under {history} (expected {history}/trials/night=*/)")
-        frames.append(load_history_trials(history, HISTORY_OBS_COLUMNS))
+    if history is not None and not (history / "trials").is_dir():
+        _bad_input(f"no nightly history under {history} (expected {history}/trials/night=*/)")
     obs = pd.concat([f for f in frames if len(f)], ignore_index=True) if any(len(f) for f in frames) else frames[0]
-    ranked = rank(table, obs, ceil)
+    # A history's rows are summarized where they lie (DuckDB over the parquet), with the runs' rows.
+    ranked = rank(table, obs, ceil) if history is None else rank_summary(table, summarize_history(history, obs), ceil)
     _emit(ranked, fmt, dest, _table(f"Candidates ({candidates}; {len(runs or [])} run(s) joined)", ranked, {
         "rank": "d", "seed_rank": "d", "target": "", "gate_status": "", "current_tok_s": ".1f", "current_source": "",
         "expected_tok_s": ".1f", "gain": ".2f", "audit_ratio": ".0%", "audit_bound_tok_s": ".1f",

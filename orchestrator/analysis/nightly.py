@@ -28,6 +28,8 @@ import pandas as pd
 from orchestrator.analysis.audit import chip_class, probe_gb_s
 from orchestrator.analysis.changepoint import detect
 from orchestrator.config.plan import NightlyAlarm, Plan
+from orchestrator.results import history as history_db
+from orchestrator.results.history import STRING_COLUMNS as HISTORY_STRINGS
 from orchestrator.results.records import Manifest
 
 NIGHT = re.compile(r"^[0-9A-Za-z_.-]+$")
@@ -123,8 +125,7 @@ def append_history(history: Path, night: str, trials: pd.DataFrame, nights: pd.D
         tmp.replace(part / f"{run_id}.parquet")
 
 
-STRING_COLUMNS = ["run_id", "config", "device", "chip_class", "model", "runtime", "arm", "role", "build", "status",
-                  "failure_kind", "thermal_before", "thermal_after", "reference_build", "candidate_build", "verdict"]
+STRING_COLUMNS = [c for c in HISTORY_STRINGS if c != "night"]
 FLOAT_COLUMNS = ["decode_tok_s", "prefill_tok_s", "bytes_per_decode_token", "effective_gb_s", "settle_waited_s",
                  "probe_gb_s", "median_reference", "median_candidate", "ratio", "ci_low", "ci_high", "p_value",
                  "p_one_sided_slower", "sigma", "mde"]
@@ -171,49 +172,16 @@ def compact_night(history: Path, night: str) -> None:
                 f.unlink()
 
 
-def _read(history: Path, kind: str, columns: list[str] | None = None,
-          configs: list[str] | None = None) -> pd.DataFrame:
-    """A history dataset; strings come back categorical (cheap at tens of millions of rows), nights ordered."""
-    import pyarrow as pa
-    import pyarrow.dataset as ds
-
-    root = history / kind
-    if not root.is_dir() or not any(root.glob("night=*/*.parquet")):
-        return pd.DataFrame(columns=[*(columns or []), "night"])
-    fmt = ds.ParquetFileFormat(read_options=ds.ParquetReadOptions(dictionary_columns=STRING_COLUMNS))
-    dataset = ds.dataset(root, format=fmt, partitioning="hive")
-    # The schema of every file, not just the first: histories written before the column types were
-    # fixed hold null-typed columns in some nights (footers only: no data is read here).
-    schema = pa.unify_schemas([dataset.schema, *(f.physical_schema for f in dataset.get_fragments())],
-                              promote_options="permissive")
-    dataset = ds.dataset(root, format=fmt, partitioning="hive", schema=schema)
-    filt = ds.field("config").isin(configs) if configs is not None else None
-    table = dataset.to_table(columns=[*columns, "night"] if columns else None, filter=filt)
-    table = table.unify_dictionaries().combine_chunks()
-    night = table.column("night")
-    if not pa.types.is_dictionary(night.type):
-        table = table.set_column(table.schema.get_field_index("night"), "night", night.dictionary_encode())
-    frame = table.to_pandas()
-    labels = frame["night"].cat.rename_categories([str(c) for c in frame["night"].cat.categories])
-    frame["night"] = labels.cat.reorder_categories(sorted(labels.cat.categories), ordered=True)
-    return frame
-
-
 def load_nights(history: Path) -> pd.DataFrame:
     """Every night's comparison; a night run twice for a device and config keeps its latest run (one row
-    once the night is compacted; before, the greatest run id)."""
-    nights = _read(history, "nights")
-    if not len(nights):
-        return nights
-    cats = [c for c in nights.columns if isinstance(nights[c].dtype, pd.CategoricalDtype)]
-    nights = nights.astype(dict.fromkeys(cats, object))  # one row per night and device: plain strings are fine
-    nights = nights.sort_values(["night", "run_id"], kind="stable")
-    return nights.drop_duplicates(["night", "config", "device"], keep="last").reset_index(drop=True)
+    once the night is compacted; before, the greatest run id). Read with DuckDB."""
+    return history_db.load_nights(history)
 
 
 def load_history_trials(history: Path, columns: list[str] | None = None,
                         configs: list[str] | None = None) -> pd.DataFrame:
-    return _read(history, "trials", columns, configs)
+    """Trial rows of the history (strings categorical, nights ordered). Read with DuckDB."""
+    return history_db.load_trials(history, columns, configs)
 
 
 def _in(frame: pd.DataFrame, keys: set[tuple[str, str]]) -> pd.Series:

@@ -1,0 +1,140 @@
+"""The nightly history, queried with DuckDB over its hive-partitioned parquet.
+
+The layout stays plain parquet that Spark, Trino, pandas or pyarrow read as well::
+
+    history/trials/night=<night>/*.parquet    one row per trial
+    history/nights/night=<night>/*.parquet    one row per device and config: the night's comparison
+
+DuckDB scans it in place: only the columns a query names are read, filters and aggregates run in
+the scan, and what comes back to Python is the answer (per-group medians, one row per night), not
+the rows. Files whose schemas differ (a column added later, a night where a column held only nulls)
+are read together by column name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+__all__ = ["STRING_COLUMNS", "connect", "has", "load_nights", "load_trials", "medians_by", "query"]
+
+STRING_COLUMNS = ["run_id", "config", "device", "chip_class", "model", "runtime", "arm", "role", "build", "status",
+                  "failure_kind", "thermal_before", "thermal_after", "reference_build", "candidate_build", "verdict",
+                  "night"]
+
+
+def connect() -> Any:
+    """An in-memory DuckDB connection (all cores; it spills to a temporary folder past its memory limit)."""
+    import duckdb
+
+    return duckdb.connect(":memory:", config={"preserve_insertion_order": False})
+
+
+def has(history: Path, kind: str) -> bool:
+    """The dataset holds at least one night's file."""
+    root = history / kind
+    return root.is_dir() and any(root.glob("night=*/*.parquet"))
+
+
+def _quote(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def scan(history: Path, kind: str, *, rows: bool = False) -> str:
+    """The SQL table expression of a dataset; ``rows`` adds each row's file and position in it."""
+    glob = _quote(str(history / kind / "night=*" / "*.parquet"))
+    extra = ", filename=true, file_row_number=true" if rows else ""
+    return (f"read_parquet({glob}, hive_partitioning=true, union_by_name=true, "
+            f"hive_types={{'night': 'VARCHAR'}}{extra})")
+
+
+def _ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def query(sql: str, params: Sequence[Any] | None = None, con: Any = None) -> Any:
+    """A pyarrow Table: the answer of ``sql`` (a fresh connection unless one is given)."""
+    con = con or connect()
+    return con.sql(sql, params=list(params) if params is not None else None).to_arrow_table()
+
+
+def _to_frame(table: Any) -> pd.DataFrame:
+    """Strings categorical (cheap at millions of rows), nights an ordered categorical."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    for i, field in enumerate(table.schema):
+        if field.name in STRING_COLUMNS and (pa.types.is_string(field.type) or pa.types.is_large_string(field.type)):
+            table = table.set_column(i, field.name, pc.dictionary_encode(table.column(i)))
+    table = table.unify_dictionaries().combine_chunks() if table.num_rows else table
+    frame = table.to_pandas()
+    if "night" in frame.columns and isinstance(frame["night"].dtype, pd.CategoricalDtype):
+        labels = frame["night"].cat.rename_categories([str(c) for c in frame["night"].cat.categories])
+        frame["night"] = labels.cat.reorder_categories(sorted(labels.cat.categories), ordered=True)
+    return frame
+
+
+def load_trials(history: Path, columns: list[str] | None = None, configs: list[str] | None = None) -> pd.DataFrame:
+    """Trial rows (only ``columns``, and the night), of every config or of ``configs``."""
+    if not has(history, "trials"):
+        return pd.DataFrame(columns=[*(columns or []), "night"])
+    cols = ", ".join(_ident(c) for c in [*columns, "night"]) if columns else "*"
+    where, params = "", None
+    if configs is not None:
+        where, params = "WHERE config IN (SELECT unnest(?))", [list(configs)]
+    return _to_frame(query(f"SELECT {cols} FROM {scan(history, 'trials')} {where}", params))
+
+
+def load_nights(history: Path, configs: list[str] | None = None) -> pd.DataFrame:
+    """Every night's comparison, ordered by night and run id; a night run twice for a device and config
+    keeps its latest run (one row once the night is compacted; before, the greatest run id)."""
+    if not has(history, "nights"):
+        return pd.DataFrame(columns=["night"])
+    where, params = "", None
+    if configs is not None:
+        where, params = "WHERE config IN (SELECT unnest(?))", [list(configs)]
+    sql = f"""
+        SELECT * EXCLUDE (filename, file_row_number) FROM {scan(history, 'nights', rows=True)} {where}
+        QUALIFY row_number() OVER (PARTITION BY night, config, device
+                                   ORDER BY run_id DESC, filename DESC, file_row_number DESC) = 1
+        ORDER BY night, run_id, filename, file_row_number"""
+    frame = _to_frame(query(sql, params))
+    cats = [c for c in frame.columns if c != "night" and isinstance(frame[c].dtype, pd.CategoricalDtype)]
+    return frame.astype(dict.fromkeys(cats, object))  # one row per night and device: plain strings are fine
+
+
+def medians_by(history: Path | None, extra: pd.DataFrame | None, keys: list[str], values: list[str],
+               where: str) -> pd.DataFrame:
+    """Per group of ``keys``: the median of each of ``values`` (nulls skipped), ``n`` rows, and ``runs``
+    (the group's sorted run ids; "history" for rows of the history), over the history's trial rows and
+    the rows of ``extra`` together; rows kept by the SQL condition ``where``."""
+    import pyarrow as pa
+
+    cols = [*keys, *values]
+    select = ", ".join([*(f"{_ident(k)}::VARCHAR AS {_ident(k)}" for k in keys),
+                        *(f"{_ident(v)}::DOUBLE AS {_ident(v)}" for v in values)])
+    parts = []
+    con = connect()
+    if history is not None and has(history, "trials"):
+        parts.append(f"SELECT {select}, NULL::VARCHAR AS run_id, status::VARCHAR AS status "
+                     f"FROM {scan(history, 'trials')}")
+    if extra is not None and len(extra):
+        frame = extra[[*cols, "status", *(["run_id"] if "run_id" in extra.columns else [])]]
+        con.register("extra_rows", pa.Table.from_pandas(frame, preserve_index=False))  # NaN -> null
+        run_id = "run_id::VARCHAR" if "run_id" in frame.columns else "NULL::VARCHAR"
+        parts.append(f"SELECT {select}, {run_id} AS run_id, status::VARCHAR AS status FROM extra_rows")
+    if not parts:
+        return pd.DataFrame(columns=[*keys, *values, "n", "runs"])
+    group = ", ".join(_ident(k) for k in keys)
+    meds = ", ".join(f"median({_ident(v)}) AS {_ident(v)}" for v in values)
+    sql = f"""
+        SELECT {group}, {meds}, count(*) AS n,
+               list_sort(array_agg(DISTINCT coalesce(run_id, 'history'))) AS runs
+        FROM ({' UNION ALL BY NAME '.join(parts)}) WHERE {where}
+        GROUP BY {group} ORDER BY {group}"""
+    frame = query(sql, con=con).to_pandas()
+    frame["runs"] = [",".join(r[:3]) + ("..." if len(r) > 3 else "") for r in frame["runs"]]
+    return frame
