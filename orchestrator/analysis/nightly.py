@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from orchestrator.analysis.audit import chip_class, probe_gb_s
-from orchestrator.analysis.changepoint import detect
+from orchestrator.analysis.changepoint import detect_many
 from orchestrator.config.plan import NightlyAlarm, Plan
 from orchestrator.results import history as history_db
 from orchestrator.results.history import STRING_COLUMNS as HISTORY_STRINGS
@@ -39,6 +39,7 @@ TRIAL_COLUMNS = [
     "failure_kind", "decode_tok_s", "prefill_tok_s", "bytes_per_decode_token", "effective_gb_s", "thermal_before",
     "thermal_after", "state_rose", "settle_waited_s", "probe_gb_s", "wall_start",
 ]
+SERIES_COLUMNS = ["run_id", "config", "device", "ratio", "p_one_sided_slower", "median_reference", "median_candidate"]
 NIGHT_COLUMNS = [
     "run_id", "config", "device", "chip_class", "reference_build", "candidate_build", "n_reference", "n_candidate",
     "median_reference", "median_candidate", "ratio", "ci_low", "ci_high", "p_value", "p_one_sided_slower", "sigma",
@@ -196,8 +197,9 @@ def _in(frame: pd.DataFrame, keys: set[tuple[str, str]]) -> pd.Series:
 
 
 # -- the alarm rule ------------------------------------------------------------------------------------
-def alarms(nights: pd.DataFrame, rules: dict[str, NightlyAlarm]) -> pd.DataFrame:
-    """Per (config, device, night): status ``alarm`` / ``watch`` / ``ok`` and the reason.
+def alarms(nights: pd.DataFrame, rules: dict[str, NightlyAlarm], *, reasons: bool = True) -> pd.DataFrame:
+    """Per (config, device, night): status ``alarm`` / ``watch`` / ``ok`` and the reason (``reasons=False``:
+    the reason is left empty, for callers that word only the rows they show).
 
     ``watch``: tonight meets the consecutive-night condition but the streak is not long enough yet.
     Nights without a comparison (no p-value) neither extend nor break a streak.
@@ -208,24 +210,34 @@ def alarms(nights: pd.DataFrame, rules: dict[str, NightlyAlarm]) -> pd.DataFrame
     out = nights.sort_values(["config", "device", "night"], kind="stable").reset_index(drop=True)
     slow = 1 - out["ratio"].to_numpy(dtype=float)
     p = out["p_one_sided_slower"].to_numpy(dtype=float)
-    r = {f: out["config"].map(lambda c, f=f: getattr(rules.get(c, default), f)).to_numpy(dtype=float)
+    configs = out["config"].astype("category")
+    codes = configs.cat.codes.to_numpy()
+    r = {f: np.array([getattr(rules.get(str(c), default), f) for c in configs.cat.categories], dtype=float)[codes]
          for f in NightlyAlarm.model_fields}
     valid = np.isfinite(p) & np.isfinite(slow)
     hit = valid & (p < r["consecutive_p"]) & (slow >= r["consecutive_slowdown"])
     single = valid & (p < r["single_p"]) & (slow >= r["single_slowdown"])
     # Streak of hits per series, skipping nights without data: a run-length count over the valid rows.
-    series = (out["config"] + "\x00" + out["device"]).to_numpy()
+    series = out.groupby(["config", "device"], sort=False, observed=True).ngroup().to_numpy()
     streak = np.zeros(len(out), dtype=np.int64)
     sv = pd.Series(hit[valid].astype(np.int64))
     breaks = ((sv == 0) | pd.Series(series[valid]).ne(pd.Series(series[valid]).shift())).cumsum()
     streak[valid] = sv.groupby(breaks.to_numpy()).cumsum().to_numpy()
     alarm = single | (streak >= r["consecutive_nights"])
     status = np.where(alarm, "alarm", np.where(hit, "watch", np.where(valid, "ok", "no data")))
+    out = out.assign(slowdown=slow, streak=streak, status=status, reason="")
+    return with_reasons(out, rules) if reasons else out
+
+
+def with_reasons(table: pd.DataFrame, rules: dict[str, NightlyAlarm]) -> pd.DataFrame:
+    """The rows of an ``alarms`` table with their reasons worded."""
+    default = NightlyAlarm()
     reason = [
-        _reason(str(st), float(s), float(pp), int(k), rules.get(c, default))
-        for st, s, pp, k, c in zip(status, slow, p, streak, out["config"], strict=True)
+        _reason(str(st), float(s), float(pp), int(k), rules.get(str(c), default))
+        for st, s, pp, k, c in zip(table["status"], table["slowdown"], table["p_one_sided_slower"], table["streak"],
+                                   table["config"], strict=True)
     ]
-    return out.assign(slowdown=slow, streak=streak, status=status, reason=reason)
+    return table.assign(reason=reason)
 
 
 def _reason(status: str, slow: float, p: float, streak: int, rule: NightlyAlarm) -> str:
@@ -254,15 +266,19 @@ def night_medians(nights: pd.DataFrame) -> pd.DataFrame:
 def changepoints(medians: pd.DataFrame, *, alpha: float = 0.01, min_size: int = 3) -> pd.DataFrame:
     """Change points of each series: the log ratio, and the candidate's log tok/s. One row per point."""
     rows = []
-    for (config, device), g in medians.sort_values("night").groupby(["config", "device"], sort=True):
+    series = []  # (config, device, signal, nights, log values), finite values only
+    for (config, device), g in medians.sort_values("night").groupby(["config", "device"], sort=True, observed=True):
         nights = g["night"].to_numpy()
         for signal, values in (("ratio", g["ratio"]), ("candidate tok/s", g["candidate"])):
             v = np.log(values.to_numpy(dtype=float))
             ok = np.isfinite(v)
-            for k in detect(v[ok], alpha=alpha, min_size=min_size):
-                before, after = np.median(v[ok][:k]), np.median(v[ok][k:])
-                rows.append({"config": config, "device": device, "signal": signal, "night": nights[ok][k],
-                             "shift": float(np.exp(after - before) - 1)})
+            series.append((str(config), str(device), signal, nights[ok], v[ok]))
+    found = detect_many([v for *_, v in series], alpha=alpha, min_size=min_size)
+    for (config, device, signal, nights, v), points in zip(series, found, strict=True):
+        for k in points:
+            before, after = np.median(v[:k]), np.median(v[k:])
+            rows.append({"config": config, "device": device, "signal": signal, "night": nights[k],
+                         "shift": float(np.exp(after - before) - 1)})
     return pd.DataFrame(rows, columns=["config", "device", "signal", "night", "shift"])
 
 
@@ -294,10 +310,22 @@ def summarize(history: Path, night: str, planned: Iterable[tuple[str, str]], rul
     """Tonight's verdict per planned (config, device), from the history (tonight already appended)."""
     planned = list(dict.fromkeys(planned))  # a config resumed twice, or run twice tonight, is one series
     why_missing = why_missing or {}
-    table = alarms(load_nights(history), rules)
     keys = set(planned)
+    # The whole series, narrow (the rule and the change points read a few columns of every night) ...
+    series = history_db.load_nights(history, configs=sorted({c for c, _ in keys}), columns=SERIES_COLUMNS,
+                                    strings="category")
+    table = alarms(series, rules, reasons=False)
     in_series = table[_in(table, keys)] if len(table) else table
-    tonight = in_series[in_series["night"] == night].reset_index(drop=True)
+    # ... and tonight's rows whole, worded.
+    rule_cols = ["config", "device", "slowdown", "streak", "status"]
+    mine = in_series[in_series["night"] == night][rule_cols].astype({"config": object, "device": object})
+    full = history_db.load_nights(history, configs=sorted({c for c, _ in keys}), night=night)
+    if len(mine):
+        tonight = full.drop(columns=[c for c in ("slowdown", "streak", "status", "reason") if c in full.columns])
+        tonight = tonight.merge(mine, on=["config", "device"], how="inner")
+        tonight = with_reasons(tonight.sort_values(["config", "device"], kind="stable").reset_index(drop=True), rules)
+    else:
+        tonight = full.iloc[0:0].assign(slowdown=[], streak=[], status=[], reason=[])
     if len(tonight):  # a comparison row without a p-value: say why the session gave none
         tonight["reason"] = [
             f"{r} ({why_missing[(c, d)]})" if st == "no data" and (c, d) in why_missing else r

@@ -88,20 +88,31 @@ def load_trials(history: Path, columns: list[str] | None = None, configs: list[s
     return _to_frame(query(f"SELECT {cols} FROM {scan(history, 'trials')} {where}", params))
 
 
-def load_nights(history: Path, configs: list[str] | None = None) -> pd.DataFrame:
-    """Every night's comparison, ordered by night and run id; a night run twice for a device and config
-    keeps its latest run (one row once the night is compacted; before, the greatest run id)."""
+def load_nights(history: Path, configs: list[str] | None = None, columns: list[str] | None = None,
+                night: str | None = None, strings: str = "object") -> pd.DataFrame:
+    """Every night's comparison (or ``night``'s), ordered by night and run id; a night run twice for a
+    device and config keeps its latest run (one row once the night is compacted; before, the greatest
+    run id). ``columns``: only those (and the night); ``strings="category"`` leaves strings categorical."""
     if not has(history, "nights"):
-        return pd.DataFrame(columns=["night"])
-    where, params = "", None
+        return pd.DataFrame(columns=[*(columns or []), "night"])
+    conds: list[str] = []
+    params: list[Any] = []
     if configs is not None:
-        where, params = "WHERE config IN (SELECT unnest(?))", [list(configs)]
+        conds.append("config IN (SELECT unnest(?))")
+        params.append(list(configs))
+    if night is not None:
+        conds.append("night = ?")
+        params.append(night)
+    where = f"WHERE {' AND '.join(conds)}" if conds else ""
+    cols = ", ".join(_ident(c) for c in [*columns, "night"]) if columns else "* EXCLUDE (filename, file_row_number)"
     sql = f"""
-        SELECT * EXCLUDE (filename, file_row_number) FROM {scan(history, 'nights', rows=True)} {where}
+        SELECT {cols} FROM {scan(history, 'nights', rows=True)} {where}
         QUALIFY row_number() OVER (PARTITION BY night, config, device
                                    ORDER BY run_id DESC, filename DESC, file_row_number DESC) = 1
         ORDER BY night, run_id, filename, file_row_number"""
     frame = _to_frame(query(sql, params))
+    if strings == "category":
+        return frame
     cats = [c for c in frame.columns if c != "night" and isinstance(frame[c].dtype, pd.CategoricalDtype)]
     return frame.astype(dict.fromkeys(cats, object))  # one row per night and device: plain strings are fine
 
