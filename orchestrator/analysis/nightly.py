@@ -266,18 +266,24 @@ def night_medians(nights: pd.DataFrame) -> pd.DataFrame:
 def changepoints(medians: pd.DataFrame, *, alpha: float = 0.01, min_size: int = 3) -> pd.DataFrame:
     """Change points of each series: the log ratio, and the candidate's log tok/s. One row per point."""
     rows = []
-    series = []  # (config, device, signal, nights, log values), finite values only
-    for (config, device), g in medians.sort_values("night").groupby(["config", "device"], sort=True, observed=True):
-        nights = g["night"].to_numpy()
-        for signal, values in (("ratio", g["ratio"]), ("candidate tok/s", g["candidate"])):
-            v = np.log(values.to_numpy(dtype=float))
-            ok = np.isfinite(v)
-            series.append((str(config), str(device), signal, nights[ok], v[ok]))
+    series = []  # (config, device, signal, row positions, log values), finite values only
+    m = medians.sort_values(["config", "device", "night"], kind="stable")
+    keys = m.groupby(["config", "device"], sort=False, observed=True).ngroup().to_numpy()
+    starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]]) if len(keys) else np.array([], dtype=int)
+    configs, devices = m["config"].iloc[starts].astype(str), m["device"].iloc[starts].astype(str)
+    logs = {"ratio": np.log(m["ratio"].to_numpy(dtype=float)),
+            "candidate tok/s": np.log(m["candidate"].to_numpy(dtype=float))}
+    for lo, hi, config, device in zip(starts, [*starts[1:], len(keys)], configs, devices, strict=True):
+        for signal, values in logs.items():
+            v = values[lo:hi]
+            ok = np.flatnonzero(np.isfinite(v))
+            series.append((config, device, signal, lo + ok, v[ok]))
     found = detect_many([v for *_, v in series], alpha=alpha, min_size=min_size)
-    for (config, device, signal, nights, v), points in zip(series, found, strict=True):
+    nights = m["night"]
+    for (config, device, signal, where, v), points in zip(series, found, strict=True):
         for k in points:
             before, after = np.median(v[:k]), np.median(v[k:])
-            rows.append({"config": config, "device": device, "signal": signal, "night": nights[k],
+            rows.append({"config": config, "device": device, "signal": signal, "night": nights.iloc[where[k]],
                          "shift": float(np.exp(after - before) - 1)})
     return pd.DataFrame(rows, columns=["config", "device", "signal", "night", "shift"])
 
@@ -313,7 +319,7 @@ def summarize(history: Path, night: str, planned: Iterable[tuple[str, str]], rul
     keys = set(planned)
     # The whole series, narrow (the rule and the change points read a few columns of every night) ...
     series = history_db.load_nights(history, configs=sorted({c for c, _ in keys}), columns=SERIES_COLUMNS,
-                                    strings="category")
+                                    strings="category", ordered=False)
     table = alarms(series, rules, reasons=False)
     in_series = table[_in(table, keys)] if len(table) else table
     # ... and tonight's rows whole, worded.

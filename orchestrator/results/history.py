@@ -88,12 +88,30 @@ def load_trials(history: Path, columns: list[str] | None = None, configs: list[s
     return _to_frame(query(f"SELECT {cols} FROM {scan(history, 'trials')} {where}", params))
 
 
+def _files(history: Path, kind: str) -> tuple[list[str], list[str]]:
+    """The dataset's files: those alone in their night (compacted, or a night of one run), and the rest."""
+    alone: list[str] = []
+    shared: list[str] = []
+    for part in sorted((history / kind).glob("night=*")):
+        files = sorted(str(f) for f in part.glob("*.parquet"))
+        (alone if len(files) == 1 else shared).extend(files)
+    return alone, shared
+
+
+def _read(files: list[str], extra: str = "") -> str:
+    listed = "[" + ", ".join(_quote(f) for f in files) + "]"
+    return (f"read_parquet({listed}, hive_partitioning=true, union_by_name=true, "
+            f"hive_types={{'night': 'VARCHAR'}}, filename=true, file_row_number=true{extra})")
+
+
 def load_nights(history: Path, configs: list[str] | None = None, columns: list[str] | None = None,
-                night: str | None = None, strings: str = "object") -> pd.DataFrame:
+                night: str | None = None, strings: str = "object", ordered: bool = True) -> pd.DataFrame:
     """Every night's comparison (or ``night``'s), ordered by night and run id; a night run twice for a
     device and config keeps its latest run (one row once the night is compacted; before, the greatest
-    run id). ``columns``: only those (and the night); ``strings="category"`` leaves strings categorical."""
-    if not has(history, "nights"):
+    run id). ``columns``: only those (and the night); ``strings="category"`` leaves strings categorical;
+    ``ordered=False``: in no particular order (the caller sorts)."""
+    alone, shared = _files(history, "nights")
+    if not alone and not shared:
         return pd.DataFrame(columns=[*(columns or []), "night"])
     conds: list[str] = []
     params: list[Any] = []
@@ -104,12 +122,27 @@ def load_nights(history: Path, configs: list[str] | None = None, columns: list[s
         conds.append("night = ?")
         params.append(night)
     where = f"WHERE {' AND '.join(conds)}" if conds else ""
-    cols = ", ".join(_ident(c) for c in [*columns, "night"]) if columns else "* EXCLUDE (filename, file_row_number)"
-    sql = f"""
-        SELECT {cols} FROM {scan(history, 'nights', rows=True)} {where}
-        QUALIFY row_number() OVER (PARTITION BY night, config, device
-                                   ORDER BY run_id DESC, filename DESC, file_row_number DESC) = 1
-        ORDER BY night, run_id, filename, file_row_number"""
+    keep = [*columns, "night"] if columns else None
+    cols = ", ".join(_ident(c) for c in keep) if keep else "*"
+    if keep and ordered:
+        cols += ", run_id AS _run, filename, file_row_number"
+    # A compacted night holds one row per device and config; only nights of several files need the
+    # latest run chosen (the night being written, or one whose compaction was interrupted).
+    parts = []
+    if alone:
+        parts.append(f"SELECT {cols} FROM {_read(alone)} {where}")
+    if shared:
+        params = params * (2 if alone else 1)
+        parts.append(f"""SELECT {cols} FROM {_read(shared)} {where}
+            QUALIFY row_number() OVER (PARTITION BY night, config, device
+                                       ORDER BY run_id DESC, filename DESC, file_row_number DESC) = 1""")
+    sql = " UNION ALL BY NAME ".join(f"({p})" for p in parts)
+    if ordered:
+        hidden = ["_run", "filename", "file_row_number"] if keep else ["filename", "file_row_number"]
+        sql = (f"SELECT * EXCLUDE ({', '.join(hidden)}) FROM ({sql}) "
+               f"ORDER BY night, {'_run' if keep else 'run_id'}, filename, file_row_number")
+    elif not keep:
+        sql = f"SELECT * EXCLUDE (filename, file_row_number) FROM ({sql})"
     frame = _to_frame(query(sql, params))
     if strings == "category":
         return frame
