@@ -159,7 +159,7 @@ def main() -> None:
                               per_night, "parquet_mb": round(size / 2**20)},
            "sizes": {k: {"nights": v["nights"], "trial_rows": v["trial_rows"]} for k, v in sizes.items()},
            "results": results, "command": "python bench/bench_history.py " + " ".join(
-               a for a in sys.argv[1:] if not a.startswith("/"))}
+               "DIR" if a.startswith("/") else a for a in sys.argv[1:])}
     out = ROOT / "bench" / "results"
     out.mkdir(parents=True, exist_ok=True)
     (out / "history.json").write_text(json.dumps(res, indent=2, default=str) + "\n")
