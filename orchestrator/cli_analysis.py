@@ -283,8 +283,35 @@ def report_cmd(
         out.print(f"wrote {path}", highlight=False)
 
 
+def publish_cmd(
+    dest: Annotated[Path, typer.Option("--out", help="The site's folder (created; updated in place)")],
+    results: Results = Path("results"),
+    history: Annotated[Path | None, typer.Option(help="Nightly history (default RESULTS/history if present)")] = None,
+    ceilings: Ceilings = DEFAULT_CEILINGS,
+) -> None:
+    """A static site of every run and the nightly history: open SITE/index.html (offline, file:// or a server)."""
+    from orchestrator.config.candidates import load_ceilings
+    from orchestrator.report.site import publish
+
+    if not results.is_dir():
+        _bad_input(f"no results folder {results} (orch run and orch nightly write there; --results DIR)")
+    if history is not None and not history.is_dir():
+        _bad_input(f"no nightly history under {history} (expected {history}/nights/night=*/)")
+    try:
+        table = load_ceilings(ceilings) if ceilings.exists() else None
+    except ConfigError as exc:
+        _bad_input(str(exc))
+    hist = history if history is not None else results / "history"
+    outcome = publish(results, hist if hist.is_dir() else None, dest, table)
+    for run_id in outcome.skipped_runs:
+        err.print(f"run {run_id} could not be read: left out (the index says why)", markup=False, highlight=False)
+    out.print(f"{len(outcome.written)} file(s) written, {outcome.unchanged} up to date; open "
+              f"{outcome.index.resolve().as_uri()}", markup=False, highlight=False, soft_wrap=True)
+
+
 COMMANDS: dict[str, Callable[..., None]] = {"audit": audit_cmd, "rank": rank_cmd, "nightly": nightly_cmd,
-                                             "export-tuning": export_tuning_cmd, "report": report_cmd}
+                                             "export-tuning": export_tuning_cmd, "report": report_cmd,
+                                             "publish": publish_cmd}
 
 
 def register(app: typer.Typer) -> None:
