@@ -62,7 +62,8 @@ class Page:
         """A mouse click (press and release) at the centre of the first element matching ``selector``,
         then wait for the page it opens."""
         box = self.eval(f"""(() => {{ const e = document.querySelector({json.dumps(selector)});
-            if (!e) return null; e.scrollIntoView({{block: "center"}}); const r = e.getBoundingClientRect();
+            if (!e) return null; e.scrollIntoView({{block: "center"}});
+            const r = e.getClientRects()[0];  // a link wrapped over lines: its first line box
             return [r.left + r.width / 2, r.top + r.height / 2]; }})()""")
         if box is None:
             raise BrowserError(f"no element matches {selector!r}")
@@ -182,5 +183,6 @@ class Browser:
         self.pages[session] = page
         for domain in ("Page", "Runtime", "Log"):
             page.send(f"{domain}.enable")
+        page.send("Emulation.setDeviceMetricsOverride", width=1280, height=1000, deviceScaleFactor=1, mobile=False)
         page.navigate(url)
         return page
