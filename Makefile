@@ -7,7 +7,7 @@ PIP_VERSION := $(shell sed -n 's/^pip==//p' constraints.txt)
 SWIFT ?= $(shell command -v swift 2>/dev/null || echo /opt/swift/usr/bin/swift)
 HARNESS := ios_harness
 
-.PHONY: demo demo-host demo-sim demo-twin runtimes test lint typecheck pytest swift sshd chromium bench bench-runtimes clean lock
+.PHONY: demo demo-host demo-sim demo-twin demo-site runtimes test lint typecheck pytest swift sshd chromium bench bench-runtimes clean lock
 
 # constraints.txt pins every package the venv holds (pyproject.toml gives only ranges): every fresh
 # machine gets the same versions. Refresh it on purpose: make lock.
@@ -26,7 +26,12 @@ DEMO_RUNTIMES := llamacpp ort-genai
 M110 := $(HOME)/.cache/orch/models/llama-m110-s0/model-Q8_0.gguf
 DEMO_RESULTS := results
 
-demo: demo-host demo-sim demo-twin
+demo: demo-host demo-sim demo-twin demo-site
+
+# The demo ends with the site of everything under results/ (every run's report; the nightly history
+# when there is one): it prints the file:// address to open.
+demo-site: $(STAMP)
+	$(BIN)/orch publish --results $(DEMO_RESULTS) --out $(DEMO_RESULTS)/site
 
 # LiteRT-LM joins the demo where it is installed (orch runtimes install litert-lm: ~3.7 GB).
 DEMO_PLAN = configs/plans/$(if $(wildcard $(or $(ORCH_CACHE),$(HOME)/.cache/orch)/runtimes/litert-lm/installed.json),demo-host-litert,demo-host).yaml
