@@ -66,7 +66,8 @@ def summarize_history(history: Path | None, obs: pd.DataFrame | None = None) -> 
     from orchestrator.results.history import medians_by
 
     frame = medians_by(history, obs, SUMMARY_KEYS, ["decode_tok_s", "bytes_per_decode_token", "probe_gb_s"],
-                       "status = 'ok' AND decode_tok_s IS NOT NULL AND NOT isnan(decode_tok_s)")
+                       "status = 'ok' AND decode_tok_s IS NOT NULL AND NOT isnan(decode_tok_s)",
+                       counted=("bytes_per_decode_token", "probe_gb_s"))
     return frame.rename(columns={"bytes_per_decode_token": "bytes_per_token"})[SUMMARY_COLUMNS]
 
 
