@@ -273,7 +273,8 @@ def changepoints(medians: pd.DataFrame, *, alpha: float = 0.01, min_size: int = 
     configs, devices = m["config"].iloc[starts].astype(str), m["device"].iloc[starts].astype(str)
     logs = {"ratio": np.log(m["ratio"].to_numpy(dtype=float)),
             "candidate tok/s": np.log(m["candidate"].to_numpy(dtype=float))}
-    for lo, hi, config, device in zip(starts, [*starts[1:], len(keys)], configs, devices, strict=True):
+    ends = [*starts[1:], len(keys)] if len(keys) else []
+    for lo, hi, config, device in zip(starts, ends, configs, devices, strict=True):
         for signal, values in logs.items():
             v = values[lo:hi]
             ok = np.flatnonzero(np.isfinite(v))
@@ -331,7 +332,7 @@ def summarize(history: Path, night: str, planned: Iterable[tuple[str, str]], rul
         tonight = tonight.merge(mine, on=["config", "device"], how="inner")
         tonight = with_reasons(tonight.sort_values(["config", "device"], kind="stable").reset_index(drop=True), rules)
     else:
-        tonight = full.iloc[0:0].assign(slowdown=[], streak=[], status=[], reason=[])
+        tonight = pd.DataFrame(columns=[*NIGHT_COLUMNS, "night", "slowdown", "streak", "status", "reason"])
     if len(tonight):  # a comparison row without a p-value: say why the session gave none
         tonight["reason"] = [
             f"{r} ({why_missing[(c, d)]})" if st == "no data" and (c, d) in why_missing else r
