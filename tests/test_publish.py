@@ -91,3 +91,18 @@ def test_cli_publish(lab: tuple[Path, list[str]], tmp_path: Path) -> None:
     res = runner.invoke(app, ["publish", "--results", str(results), "--history", str(tmp_path / "nohist"),
                               "--out", str(tmp_path / "t")])
     assert res.exit_code == 2 and "no nightly history" in res.output
+
+
+def test_a_device_missing_from_the_latest_night_shows_no_data() -> None:
+    import pandas as pd
+
+    from orchestrator.report.site import overview
+
+    table = pd.DataFrame({
+        "config": "c", "device": ["d1", "d1", "d2"], "night": ["n1", "n2", "n1"], "run_id": ["r1", "r2", "r1"],
+        "ratio": [1.0, 0.9, 1.0], "status": ["ok", "alarm", "ok"], "reason": ["", "slow", ""],
+    })
+    rows = {r["device"]: r for r in overview(table, reports={"r1", "r2"})}
+    assert rows["d1"]["status"] == "alarm" and rows["d1"]["report"] == "runs/r2/report.html"
+    assert rows["d2"]["status"] == "no data" and "no comparison on n2" in rows["d2"]["reason"]
+    assert rows["d2"]["report"] is None and rows["d1"]["sparkline"] == [1.0, 0.9]
