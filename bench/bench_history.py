@@ -98,6 +98,7 @@ def measure(engine: str, kind: str, history: Path) -> dict[str, Any]:
 
 
 def run(engine: str, kind: str, history: Path) -> dict[str, Any]:
+    load = os.getloadavg()[0]  # the machine is shared: what else was running shows here
     t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, __file__, "--child", engine, kind, str(history)], capture_output=True,
                           text=True)
@@ -106,6 +107,7 @@ def run(engine: str, kind: str, history: Path) -> dict[str, Any]:
                 "peak_rss_mb": None, "wall_s": None, "process_wall_s": round(time.perf_counter() - t0, 2)}
     out: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
     out["process_wall_s"] = round(time.perf_counter() - t0, 2)  # incl. interpreter start and imports
+    out["load_1m"] = [round(load, 2), round(os.getloadavg()[0], 2)]
     return out
 
 
@@ -203,6 +205,10 @@ def markdown(res: dict[str, Any]) -> str:
     keys = ("alarms_tonight", "watch_tonight", "change_points")
     same_night = all(r["nightly"]["duckdb_small"].get(k) == r["nightly"]["pandas_small"].get(k) for k in keys)
     d = r["nightly"]["duckdb_full"]
+    loads = [x for row in r.values() for cell in row.values() for x in cell.get("load_1m", [])]
+    if loads:
+        lines += ["", f"Load average (1 min) on this shared {res['cpus']}-CPU machine around the measures: "
+                      f"{min(loads)} to {max(loads)}."]
     lines += ["", f"Same answers on the same rows: rank {'yes' if same_rank else 'NO'} (order and current tok/s to "
               f"6 decimals), nightly {'yes' if same_night else 'NO'} (alarms, watches, change points tonight).",
               f"At {full} rows tonight: {d.get('alarms_tonight')} alarm(s), {d.get('watch_tonight')} watch, "
