@@ -179,12 +179,22 @@ def medians_by(history: Path | None, extra: pd.DataFrame | None, keys: list[str]
     rows = f"({' UNION ALL BY NAME '.join(parts)}) WHERE {where}"
     group = ", ".join(_ident(k) for k in keys)
     meds = "".join(f", median({_ident(v)}) AS {_ident(v)}" for v in values if v not in counted)
+    # Run ids only come from ``extra`` (a few runs): named in pandas, not collected over the history's rows.
     sql = f"""
-        SELECT {group}{meds}, count(*) AS n,
-               list_sort(array_agg(DISTINCT coalesce(run_id, 'history'))) AS runs
+        SELECT {group}{meds}, count(*) AS n, count(*) FILTER (WHERE run_id IS NULL) AS _from_history
         FROM {rows} GROUP BY {group} ORDER BY {group}"""
     frame = query(sql, con=con).to_pandas()
-    frame["runs"] = [",".join(r[:3]) + ("..." if len(r) > 3 else "") for r in frame["runs"]]
+    named: dict[tuple[str, ...], set[str]] = {}
+    if extra is not None and len(extra) and "run_id" in extra.columns:
+        cast = ", ".join(f"{_ident(k)}::VARCHAR AS {_ident(k)}" for k in keys)
+        for key, g in query(f"SELECT DISTINCT {cast}, run_id::VARCHAR AS run_id FROM extra_rows WHERE {where} "
+                            "AND run_id IS NOT NULL", con=con).to_pandas().groupby(keys, sort=False):
+            named[key if isinstance(key, tuple) else (key,)] = set(g["run_id"])
+    runs = []
+    for key, from_history in zip(frame[keys].itertuples(index=False, name=None), frame["_from_history"], strict=True):
+        r = sorted(named.get(tuple(str(k) for k in key), set()) | ({"history"} if from_history else set()))
+        runs.append(",".join(r[:3]) + ("..." if len(r) > 3 else ""))
+    frame["runs"] = runs
     if counted:
         for v, med in _counted_medians(con, rows, keys, list(counted), frame).items():
             frame[v] = med
