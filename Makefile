@@ -7,7 +7,7 @@ PIP_VERSION := $(shell sed -n 's/^pip==//p' constraints.txt)
 SWIFT ?= $(shell command -v swift 2>/dev/null || echo /opt/swift/usr/bin/swift)
 HARNESS := ios_harness
 
-.PHONY: demo demo-host demo-sim demo-twin runtimes test lint typecheck pytest swift sshd bench bench-runtimes clean lock
+.PHONY: demo demo-host demo-sim demo-twin demo-site runtimes test lint typecheck pytest swift sshd chromium bench bench-runtimes clean lock
 
 # constraints.txt pins every package the venv holds (pyproject.toml gives only ranges): every fresh
 # machine gets the same versions. Refresh it on purpose: make lock.
@@ -26,7 +26,12 @@ DEMO_RUNTIMES := llamacpp ort-genai
 M110 := $(HOME)/.cache/orch/models/llama-m110-s0/model-Q8_0.gguf
 DEMO_RESULTS := results
 
-demo: demo-host demo-sim demo-twin
+demo: demo-host demo-sim demo-twin demo-site
+
+# The demo ends with the site of everything under results/ (every run's report; the nightly history
+# when there is one): it prints the file:// address to open.
+demo-site: $(STAMP)
+	$(BIN)/orch publish --results $(DEMO_RESULTS) --out $(DEMO_RESULTS)/site
 
 # LiteRT-LM joins the demo where it is installed (orch runtimes install litert-lm: ~3.7 GB).
 DEMO_PLAN = configs/plans/$(if $(wildcard $(or $(ORCH_CACHE),$(HOME)/.cache/orch)/runtimes/litert-lm/installed.json),demo-host-litert,demo-host).yaml
@@ -71,7 +76,7 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-pytest: $(STAMP) sshd $(TEST_RUNTIMES)
+pytest: $(STAMP) sshd chromium $(TEST_RUNTIMES)
 	$(BIN)/pytest
 
 # The SSH tests run against a real OpenSSH server on loopback: install Debian's when missing.
@@ -79,6 +84,11 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 sshd:
 	@test -x /usr/sbin/sshd || command -v sshd >/dev/null || \
 	  ( $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq openssh-server >/dev/null )
+
+# The published site's tests open it in a real browser: install Debian's headless Chromium when missing.
+chromium:
+	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || test -x /usr/bin/chromium || \
+	  ( $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium >/dev/null )
 
 # The harness package builds and tests wherever Swift is; without Swift this step says so and skips.
 swift:

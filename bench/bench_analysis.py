@@ -39,18 +39,22 @@ CHIPS = ["A19 Pro", "A18 Pro", "A17 Pro", "M4"]
 MODELS = ["gemma-4-e2b-qat-mixed", "gemma-4-e4b-qat-mixed", "llama-3.2-3b-q4", "smollm3-3b-q4"]
 
 
-def write_history(root: Path, rows: int, seed: int = 0) -> dict[str, Any]:
-    """Synthetic history: ABBA nights, lognormal 6% noise, a 6% regression in one series from night 60%."""
+def write_history(root: Path, rows: int, seed: int = 0, *, devices: int = DEVICES, configs: int = CONFIGS,
+                  first_nights: int | None = None) -> dict[str, Any]:
+    """Synthetic history: ABBA nights, lognormal 6% noise, a 6% regression in one series from night 60%.
+    ``first_nights``: write only that many of the nights (the same rows a full write would hold)."""
+    DEVICES, CONFIGS = devices, configs
     rng = np.random.default_rng(seed)
     per_night = DEVICES * CONFIGS * 2 * PER_ARM
     nights = max(1, round(rows / per_night))
+    written = nights if first_nights is None else min(nights, first_nights)
     t0 = time.perf_counter()
-    devices = [f"dev{i:02d}" for i in range(DEVICES)]
-    chip = {d: CHIPS[i % len(CHIPS)] for i, d in enumerate(devices)}
+    names = [f"dev{i:02d}" for i in range(DEVICES)]
+    chip = {d: CHIPS[i % len(CHIPS)] for i, d in enumerate(names)}
     n_trials = 2 * PER_ARM
     block = np.repeat(np.arange(PER_ARM // 2), 4)
     role = np.tile(np.array(["reference", "candidate", "candidate", "reference"]), PER_ARM // 2)
-    for k in range(nights):
+    for k in range(written):
         night = (date(2026, 1, 1) + timedelta(days=k)).isoformat()
         trial_parts, night_parts = [], []
         for c in range(CONFIGS):
@@ -61,8 +65,8 @@ def write_history(root: Path, rows: int, seed: int = 0) -> dict[str, Any]:
             rate = base * np.exp(0.06 * rng.standard_normal((DEVICES, n_trials)))
             rate = np.where(role == "candidate", rate * slow[:, None], rate)
             frame = pd.DataFrame({
-                "run_id": run_id, "config": config, "device": np.repeat(devices, n_trials),
-                "chip_class": np.repeat([chip[d] for d in devices], n_trials), "model": MODELS[c % len(MODELS)],
+                "run_id": run_id, "config": config, "device": np.repeat(names, n_trials),
+                "chip_class": np.repeat([chip[d] for d in names], n_trials), "model": MODELS[c % len(MODELS)],
                 "runtime": "rawloop-metal", "arm": np.tile(role, DEVICES), "role": np.tile(role, DEVICES),
                 "build": np.where(np.tile(role, DEVICES) == "reference", "ref", f"n{k}"),
                 "block": np.tile(block, DEVICES), "seq": np.tile(np.arange(n_trials), DEVICES), "status": "ok",
@@ -75,7 +79,7 @@ def write_history(root: Path, rows: int, seed: int = 0) -> dict[str, Any]:
             ratio = np.exp(0.06 * np.sqrt(2 / PER_ARM) * 1.25 * rng.standard_normal(DEVICES)) * slow
             p = 1 - 0.5 * (1 + np.tanh((1 - ratio) / 0.02))  # a plausible one-sided p for the shift
             nights_frame = pd.DataFrame({
-                "run_id": run_id, "config": config, "device": devices, "chip_class": [chip[d] for d in devices],
+                "run_id": run_id, "config": config, "device": names, "chip_class": [chip[d] for d in names],
                 "reference_build": "ref", "candidate_build": f"n{k}", "n_reference": PER_ARM,
                 "n_candidate": PER_ARM, "median_reference": base, "median_candidate": base * ratio, "ratio": ratio,
                 "ci_low": ratio * 0.97, "ci_high": ratio * 1.03, "p_value": np.minimum(1, 2 * np.minimum(p, 1 - p)),
@@ -87,7 +91,7 @@ def write_history(root: Path, rows: int, seed: int = 0) -> dict[str, Any]:
             part = root / kind / f"night={night}"
             part.mkdir(parents=True, exist_ok=True)
             pd.concat(parts, ignore_index=True).to_parquet(part / f"night-{CONFIGS}.parquet", index=False)
-    return {"nights": nights, "trial_rows": nights * per_night, "files": nights * 2,
+    return {"nights": written, "trial_rows": written * per_night, "files": written * 2,
             "write_s": round(time.perf_counter() - t0, 1)}
 
 

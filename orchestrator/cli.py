@@ -158,9 +158,23 @@ def _summary(outcome: core.RunOutcome) -> None:
 
 
 @app.command()
-def show(run_id: str, results: Results = Path("results")) -> None:
+def show(
+    run_id: str,
+    results: Results = Path("results"),
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON document (trials.parquet and verdicts.csv "
+                                                         "columns) instead of tables")] = False,
+) -> None:
     """Print a run's summary and verdicts again (rebuilt from its journal)."""
-    _summary(core.derive(find_run(results, run_id)))
+    outcome = core.derive(find_run(results, run_id))
+    if not as_json:
+        _summary(outcome)
+        return
+    from orchestrator.report.machine import document, records
+
+    print(document("show", run_id=outcome.run.run_id, plan=outcome.manifest.plan.name, completed=outcome.completed,
+                   stops={d: str(r) for d, r in outcome.stops.items()}, trials=records(outcome.trials),
+                   verdicts=records(outcome.verdicts), token_gates=records(outcome.gates),
+                   warnings=list(outcome.warnings)), end="")
 
 
 @app.command()
@@ -207,21 +221,22 @@ def schema(out_dir: Annotated[Path, typer.Option("--out", help="Directory for th
 @app.command()
 def devices(
     fleet: Annotated[Path, typer.Option(help="Fleet file")],
-    as_json: Annotated[bool, typer.Option("--json", help="JSON lines instead of a table")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON document instead of a table")] = False,
 ) -> None:
     """Every device of a fleet: health (and the fix), model, chip, OS, harness, thermal state."""
+    from orchestrator.report.machine import document
+
     try:
         fleet_cfg = load_fleet(fleet)
     except ConfigError as exc:
         _bad_input(str(exc))
     rows = asyncio.run(core.survey(fleet_cfg))
     if as_json:
-        for r in rows:
-            print(json.dumps({
-                "id": r.id, "kind": r.kind, "host": r.host, "health": r.health.model_dump(),
-                "info": r.info.model_dump() if r.info else None,
-                "telemetry": r.telemetry.model_dump() if r.telemetry else None,
-            }))
+        print(document("devices", fleet=str(fleet), devices=[{
+            "id": r.id, "kind": r.kind, "host": r.host, "health": r.health.model_dump(mode="json"),
+            "info": r.info.model_dump(mode="json") if r.info else None,
+            "telemetry": r.telemetry.model_dump(mode="json") if r.telemetry else None,
+        } for r in rows]), end="")
     else:
         out.print(devices_table(rows))
     if any(r.health.state != "ok" for r in rows):

@@ -36,6 +36,26 @@ class Format(StrEnum):
     json = "json"
 
 
+AsJson = Annotated[bool, typer.Option("--json", help="One JSON document (the --format csv column names)")]
+
+
+def _document(command: str, dest: Path | None, **fields: Any) -> None:
+    from orchestrator.report.machine import document
+
+    text = document(command, **fields)
+    if dest is None:
+        print(text, end="")
+    else:
+        dest.write_text(text)
+        err.print(f"wrote {dest}")
+
+
+def records(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    from orchestrator.report.machine import records as rows
+
+    return rows(frame)
+
+
 def _bad_input(message: str) -> NoReturn:
     err.print(message, markup=False, highlight=False)
     raise typer.Exit(2)
@@ -91,6 +111,7 @@ def audit_cmd(
     ceilings: Ceilings = DEFAULT_CEILINGS,
     fmt: Annotated[Format, typer.Option("--format")] = Format.table,
     dest: Annotated[Path | None, typer.Option("--out", help="Write CSV/JSON here instead of stdout")] = None,
+    as_json: AsJson = False,
 ) -> None:
     """Effective GB/s vs the bandwidth ceiling per device and arm; the prefill view by chunk width."""
     from orchestrator.analysis.audit import RULE, audit, prefill_view
@@ -104,6 +125,9 @@ def audit_cmd(
         _bad_input(str(exc))
     trials, manifest = _finished(run_dir), run_dir.manifest()
     frame = audit(trials, manifest, table, seed=manifest.seed)
+    if as_json:
+        _document("audit", dest, run_id=run_dir.run_id, rows=records(frame))
+        return
     if fmt is not Format.table:
         _emit(frame, fmt, dest, Table())
         return
@@ -143,10 +167,10 @@ def rank_cmd(
     history: Annotated[Path | None, typer.Option("--history", help="Also join a nightly history dataset")] = None,
     fmt: Annotated[Format, typer.Option("--format")] = Format.table,
     dest: Annotated[Path | None, typer.Option("--out", help="Write CSV/JSON here instead of stdout")] = None,
+    as_json: AsJson = False,
 ) -> None:
     """Re-rank the candidate table with measured runs: measured vs expected, audit headroom, gates."""
-    from orchestrator.analysis.nightly import load_history_trials
-    from orchestrator.analysis.rank import HISTORY_OBS_COLUMNS, empty_observations, observations, rank
+    from orchestrator.analysis.rank import empty_observations, observations, rank, rank_summary, summarize_history
     from orchestrator.config.candidates import load_candidates, load_ceilings
     from orchestrator.results.store import excluded_words
 
@@ -158,12 +182,15 @@ def rank_cmd(
     for r in runs or []:
         run_dir = _run(results, r)
         frames.append(observations(_finished(run_dir), run_dir.manifest()))
-    if history is not None:
-        if not (history / "trials").is_dir():
-            _bad_input(f"no nightly history under {history} (expected {history}/trials/night=*/)")
-        frames.append(load_history_trials(history, HISTORY_OBS_COLUMNS))
+    if history is not None and not (history / "trials").is_dir():
+        _bad_input(f"no nightly history under {history} (expected {history}/trials/night=*/)")
     obs = pd.concat([f for f in frames if len(f)], ignore_index=True) if any(len(f) for f in frames) else frames[0]
-    ranked = rank(table, obs, ceil)
+    # A history's rows are summarized where they lie (DuckDB over the parquet), with the runs' rows.
+    ranked = rank(table, obs, ceil) if history is None else rank_summary(table, summarize_history(history, obs), ceil)
+    if as_json:
+        _document("rank", dest, candidates=str(candidates), runs=list(runs or []),
+                  history=str(history) if history is not None else None, rows=records(ranked))
+        return
     _emit(ranked, fmt, dest, _table(f"Candidates ({candidates}; {len(runs or [])} run(s) joined)", ranked, {
         "rank": "d", "seed_rank": "d", "target": "", "gate_status": "", "current_tok_s": ".1f", "current_source": "",
         "expected_tok_s": ".1f", "gain": ".2f", "audit_ratio": ".0%", "audit_bound_tok_s": ".1f",
@@ -174,6 +201,21 @@ def rank_cmd(
     if fmt is Format.table and table.non_candidates:
         out.print("Non-candidates: " + "; ".join(f"{n.target}: {n.reason}" for n in table.non_candidates),
                   highlight=False)
+
+
+def _night_tables(outcome: Any) -> None:
+    s = outcome.summary
+    tonight = s.tonight.assign(builds=s.tonight["candidate_build"] + " vs " + s.tonight["reference_build"])
+    out.print(_table(f"Nightly {s.night}: runs {', '.join(outcome.run_ids)}", tonight, {
+        "config": "", "device": "", "builds": "", "ratio": ".3f", "ci_low": ".3f", "ci_high": ".3f",
+        "p_one_sided_slower": ".4f", "streak": "d", "status": "", "reason": "",
+    }))
+    for config, device, why in s.missing:
+        out.print(f"no data {config} / {device}: {why}", markup=False, highlight=False, style="yellow")
+    for r in s.changes.to_dict("records"):
+        out.print(f"change point: {r['config']} / {r['device']} {r['signal']} from {r['night']} "
+                  f"({r['shift']:+.1%})")
+    out.print(f"junit: {outcome.junit_path}  summary: {outcome.summary_path}", soft_wrap=True)
 
 
 def nightly_cmd(
@@ -187,6 +229,8 @@ def nightly_cmd(
     history: Annotated[Path | None, typer.Option(help="History dataset (default RESULTS/history)")] = None,
     junit: Annotated[Path | None, typer.Option(help="JUnit XML (default RESULTS/nightly/NIGHT/junit.xml)")] = None,
     summary: Annotated[Path | None, typer.Option(help="Markdown summary (default .../summary.md)")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Tonight's verdicts as one JSON document on stdout (the "
+                                                         "run ids go to stderr)")] = False,
 ) -> None:
     """Tonight's candidate vs the pinned reference, interleaved per device; exit 1 on a tok/s regression alarm.
 
@@ -205,7 +249,8 @@ def nightly_cmd(
         again.append(resume_command(run_ids, night=night, results=results, history=history or results / "history",
                                     junit=junit, summary_md=summary))
         for run_id in run_ids:
-            out.print(f"run {run_id}  (resume with: {again[-1]})", markup=False, highlight=False, soft_wrap=True)
+            (err if as_json else out).print(f"run {run_id}  (resume with: {again[-1]})", markup=False,
+                                            highlight=False, soft_wrap=True)
 
     try:
         outcome = asyncio.run(run_night(
@@ -215,17 +260,13 @@ def nightly_cmd(
         ))
         written.append(outcome.junit_path)
         s = outcome.summary
-        tonight = s.tonight.assign(builds=s.tonight["candidate_build"] + " vs " + s.tonight["reference_build"])
-        out.print(_table(f"Nightly {night}: runs {', '.join(outcome.run_ids)}", tonight, {
-            "config": "", "device": "", "builds": "", "ratio": ".3f", "ci_low": ".3f", "ci_high": ".3f",
-            "p_one_sided_slower": ".4f", "streak": "d", "status": "", "reason": "",
-        }))
-        for config, device, why in s.missing:
-            out.print(f"no data {config} / {device}: {why}", markup=False, highlight=False, style="yellow")
-        for r in s.changes.to_dict("records"):
-            out.print(f"change point: {r['config']} / {r['device']} {r['signal']} from {r['night']} "
-                      f"({r['shift']:+.1%})")
-        out.print(f"junit: {outcome.junit_path}  summary: {outcome.summary_path}", soft_wrap=True)
+        if as_json:
+            missing = [{"config": c, "device": d, "why": w} for c, d, w in s.missing]
+            _document("nightly", None, night=night, alarmed=s.alarmed, run_ids=outcome.run_ids,
+                      tonight=records(s.tonight), missing=missing, changes=records(s.changes),
+                      junit=str(outcome.junit_path), summary=str(outcome.summary_path))
+        else:
+            _night_tables(outcome)
     except (ConfigError, NightlyInputError, RunNotFound) as exc:
         _bad_input(str(exc))
     except KeyboardInterrupt:
@@ -291,8 +332,35 @@ def report_cmd(
         out.print(f"wrote {path}", highlight=False)
 
 
+def publish_cmd(
+    dest: Annotated[Path, typer.Option("--out", help="The site's folder (created; updated in place)")],
+    results: Results = Path("results"),
+    history: Annotated[Path | None, typer.Option(help="Nightly history (default RESULTS/history if present)")] = None,
+    ceilings: Ceilings = DEFAULT_CEILINGS,
+) -> None:
+    """A static site of every run and the nightly history: open SITE/index.html (offline, file:// or a server)."""
+    from orchestrator.config.candidates import load_ceilings
+    from orchestrator.report.site import publish
+
+    if not results.is_dir():
+        _bad_input(f"no results folder {results} (orch run and orch nightly write there; --results DIR)")
+    if history is not None and not history.is_dir():
+        _bad_input(f"no nightly history under {history} (expected {history}/nights/night=*/)")
+    try:
+        table = load_ceilings(ceilings) if ceilings.exists() else None
+    except ConfigError as exc:
+        _bad_input(str(exc))
+    hist = history if history is not None else results / "history"
+    outcome = publish(results, hist if hist.is_dir() else None, dest, table)
+    for run_id in outcome.skipped_runs:
+        err.print(f"run {run_id} could not be read: left out (the index says why)", markup=False, highlight=False)
+    out.print(f"{len(outcome.written)} file(s) written, {outcome.unchanged} up to date; open "
+              f"{outcome.index.resolve().as_uri()}", markup=False, highlight=False, soft_wrap=True)
+
+
 COMMANDS: dict[str, Callable[..., None]] = {"audit": audit_cmd, "rank": rank_cmd, "nightly": nightly_cmd,
-                                             "export-tuning": export_tuning_cmd, "report": report_cmd}
+                                             "export-tuning": export_tuning_cmd, "report": report_cmd,
+                                             "publish": publish_cmd}
 
 
 def register(app: typer.Typer) -> None:

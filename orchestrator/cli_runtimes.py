@@ -8,7 +8,6 @@ a mismatch; 2 bad input.
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Annotated, NoReturn
@@ -179,7 +178,7 @@ async def _list_rows(runner: Runner, rows: list[dict[str, object]]) -> bool:
 
 @runtimes_app.command("list")
 def list_cmd(
-    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per runtime")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON document instead of a table")] = False,
     fleet: FleetOpt = None,
     host: HostOpt = None,
 ) -> None:
@@ -187,8 +186,9 @@ def list_cmd(
     rows: list[dict[str, object]] = []
     failed = asyncio.run(_on_hosts(_runners(fleet, host), lambda runner: _list_rows(runner, rows)))
     if as_json:
-        for r in rows:
-            out.print(json.dumps(r), markup=False, highlight=False, soft_wrap=True)
+        from orchestrator.report.machine import document
+
+        print(document("runtimes", runtimes=rows, failed=failed), end="")
         raise typer.Exit(1 if failed else 0)
     table = Table(title="Runtimes")
     for col in ("host", "runtime", "installed", "versions", "disk", "how"):

@@ -74,7 +74,7 @@ def test_orch_devices_lists_health_and_the_fix(sshd: Sshd, tmp_path: Path, harne
         {"name": "x", "model": "m", "arms": [{"name": "a", "runtime": "rawloop-cpu"},
                                              {"name": "b", "runtime": "rawloop-cpu"}]}))
     code, out = invoke("devices", "--fleet", str(f), "--json")
-    rows = {r["id"]: r for r in map(json.loads, out.splitlines())}
+    rows = {r["id"]: r for r in json.loads(out)["devices"]}
     assert code == 0, out
     assert rows["here"]["health"]["state"] == "ok" and rows["there"]["health"]["state"] == "ok"
     assert rows["here"]["info"]["harness_version"], "built in this checkout"

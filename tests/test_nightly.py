@@ -356,3 +356,8 @@ def test_compaction_of_several_runs_keeps_each_runs_newest_rows(tmp_path: Path) 
         "r1": {"size": 3, "max": 4.0}, "r2": {"size": 3, "max": 2.0}, "r3": {"size": 3, "max": 3.0},
         "r9": {"size": 2, "max": 9.0}}
     assert got["effective_gb_s"].astype(float).max() == 40.0
+
+
+def test_a_night_without_any_comparison_reports_every_pair_missing(tmp_path: Path) -> None:
+    summary = summarize(tmp_path / "history", "2026-01-01", [("c", "d")], {"c": NightlyAlarm()}, {("c", "d"): "why"})
+    assert summary.missing == [("c", "d", "why")] and not summary.alarmed and summary.changes.empty

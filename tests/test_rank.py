@@ -81,3 +81,50 @@ def test_unknown_field_in_candidates_is_located(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as exc:
         load_candidates(bad)
     assert "candidates[0].colour: unknown field" in str(exc.value)
+
+
+def test_a_history_ranks_in_duckdb_as_the_same_rows_do_in_memory(sim_obs: pd.DataFrame, tmp_path: Path) -> None:
+    from orchestrator.analysis.rank import rank_summary, summarize_history
+
+    history = tmp_path / "history"
+    rows = sim_obs.copy()
+    rows.loc[rows.index[:5], "status"] = "failed"  # failed trials and missing figures are not medians
+    rows.loc[rows.index[5:8], "bytes_per_decode_token"] = float("nan")
+    for i, (night, part) in enumerate(rows.groupby(rows.index % 3)):  # spread over three nights' files
+        (history / "trials" / f"night=2026-01-0{night + 1}").mkdir(parents=True)
+        part.drop(columns=["run_id"]).to_parquet(history / "trials" / f"night=2026-01-0{night + 1}" / f"r{i}.parquet")
+    table, ceil = load_candidates(CANDIDATES), load_ceilings(CEILINGS)
+    in_memory = rank(table, rows.drop(columns=["run_id"]), ceil)
+    pd.testing.assert_frame_equal(rank_summary(table, summarize_history(history), ceil), in_memory)
+    # Runs' rows join the history's in the same medians; each group names its runs.
+    both = summarize_history(history, sim_obs.head(40))
+    pooled = pd.concat([rows.drop(columns=["run_id"]), sim_obs.head(40)], ignore_index=True)
+    ok = pooled[pooled["status"] == "ok"]
+    dense = both[(both["model"] == "llama-3.2-3b-instruct-q4") & (both["runtime"] == "coreai")].iloc[0]
+    mine = ok[(ok["model"] == "llama-3.2-3b-instruct-q4") & (ok["runtime"] == "coreai")]
+    assert dense["n"] == len(mine) and dense["decode_tok_s"] == pytest.approx(mine["decode_tok_s"].median())
+    assert dense["runs"] == ",".join(sorted({*mine["run_id"].dropna(), "history"}))
+
+
+def test_medians_from_counts_equal_the_medians_of_the_values(tmp_path: Path) -> None:
+    import numpy as np
+
+    from orchestrator.results.history import medians_by
+
+    rng = np.random.default_rng(3)
+    n = 2001
+    rows = pd.DataFrame({
+        "model": rng.choice(["m1", "m2", "m3"], n), "chip_class": rng.choice(["A", "B"], n), "runtime": "r",
+        "status": rng.choice(["ok", "ok", "ok", "failed"], n), "decode_tok_s": rng.normal(30, 3, n),
+        "probe_gb_s": rng.choice([50.0, 55.5, 61.25, np.nan], n), "bytes_per_decode_token": rng.choice([7e8, 8e8], n),
+    })
+    for night, part in rows.groupby(np.arange(n) % 4):
+        (tmp_path / "trials" / f"night={night}").mkdir(parents=True)
+        part.to_parquet(tmp_path / "trials" / f"night={night}" / "f.parquet")
+    keys, values = ["model", "chip_class", "runtime"], ["decode_tok_s", "probe_gb_s", "bytes_per_decode_token"]
+    counted = medians_by(tmp_path, None, keys, values, "status = 'ok'",
+                         counted=("probe_gb_s", "bytes_per_decode_token"))
+    ok = rows[rows["status"] == "ok"]
+    expected = ok.groupby(keys)[values].median().reset_index()
+    pd.testing.assert_frame_equal(counted[[*keys, *values]], expected, check_exact=True)
+    assert (counted["n"] == ok.groupby(keys).size().to_numpy()).all()

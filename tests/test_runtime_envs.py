@@ -109,7 +109,7 @@ def test_cli_list_install_and_gate_input(tmp_path: Path, monkeypatch: pytest.Mon
     monkeypatch.setenv("ORCH_CACHE", str(tmp_path))
     res = CliRunner().invoke(app(), ["runtimes", "list", "--json"])
     assert res.exit_code == 0, res.output
-    rows = {r["runtime"]: r for r in map(json.loads, res.output.splitlines())}
+    rows = {r["runtime"]: r for r in json.loads(res.stdout)["runtimes"]}
     assert rows["llamacpp"]["installed"] is False and rows["llamacpp"]["install"] == "orch runtimes install llamacpp"
     assert rows["numpy"]["installed"] is True and set(rows) >= {"rawloop-cpu", "ort-genai", "mlx", "litert-lm"}
     res = CliRunner().invoke(app(), ["runtimes", "list"])
@@ -162,7 +162,7 @@ def test_install_on_an_ssh_host_through_the_cli(sshd: Sshd, tmp_path: Path, monk
     res = CliRunner().invoke(app(), ["runtimes", "install", "tiny", "--fleet", str(fleet), "--host", "loop"])
     assert res.exit_code == 0 and "tiny on loop: installed (pip " in res.output, res.output
     res = CliRunner().invoke(app(), ["runtimes", "list", "--json", "--fleet", str(fleet)])
-    rows = {r["runtime"]: r for r in map(json.loads, res.output.splitlines())}
+    rows = {r["runtime"]: r for r in json.loads(res.stdout)["runtimes"]}
     assert rows["tiny"]["host"] == "loop" and rows["tiny"]["installed"] is True and rows["tiny"]["disk_bytes"] > 1e6
     assert rows["broken"]["install"] == "orch runtimes install broken --fleet F --host loop"
     artifacts = remote / "artifacts" / "tiny"

@@ -30,7 +30,7 @@ def _orch_devices(tmp_path: Path, fleet: Path) -> dict[str, Any]:
     env = {**os.environ, "HOME": str(tmp_path / "home")}
     got = subprocess.run([str(ORCH), "devices", "--fleet", str(fleet), "--json"], env=env, capture_output=True,
                          text=True, timeout=120, check=False)
-    (row,) = map(json.loads, got.stdout.splitlines())
+    (row,) = json.loads(got.stdout)["devices"]
     assert got.returncode == (0 if row["health"]["state"] == "ok" else 1), got.stdout + got.stderr
     return row
 

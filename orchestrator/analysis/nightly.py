@@ -26,8 +26,10 @@ import numpy as np
 import pandas as pd
 
 from orchestrator.analysis.audit import chip_class, probe_gb_s
-from orchestrator.analysis.changepoint import detect
+from orchestrator.analysis.changepoint import detect_many
 from orchestrator.config.plan import NightlyAlarm, Plan
+from orchestrator.results import history as history_db
+from orchestrator.results.history import STRING_COLUMNS as HISTORY_STRINGS
 from orchestrator.results.records import Manifest
 
 NIGHT = re.compile(r"^[0-9A-Za-z_.-]+$")
@@ -37,6 +39,7 @@ TRIAL_COLUMNS = [
     "failure_kind", "decode_tok_s", "prefill_tok_s", "bytes_per_decode_token", "effective_gb_s", "thermal_before",
     "thermal_after", "state_rose", "settle_waited_s", "probe_gb_s", "wall_start",
 ]
+SERIES_COLUMNS = ["run_id", "config", "device", "ratio", "p_one_sided_slower", "median_reference", "median_candidate"]
 NIGHT_COLUMNS = [
     "run_id", "config", "device", "chip_class", "reference_build", "candidate_build", "n_reference", "n_candidate",
     "median_reference", "median_candidate", "ratio", "ci_low", "ci_high", "p_value", "p_one_sided_slower", "sigma",
@@ -87,6 +90,8 @@ def history_rows(trials: pd.DataFrame, manifest: Manifest) -> pd.DataFrame:
     devices = sorted(trials["device"].unique())
     chips = {d: chip_class(manifest, d, trials) for d in devices}
     probes = {d: probe_gb_s(manifest, d, trials) for d in devices}
+    if "excluded" in trials.columns:  # an excluded trial's number informs no history query either
+        trials = trials.assign(status=trials["status"].where(trials["excluded"].isna(), "excluded"))
     rows = trials.assign(
         config=plan.name, model=plan.model, role=trials["arm"].map(roles), chip_class=trials["device"].map(chips),
         probe_gb_s=trials["device"].map(lambda d: probes[d] if probes[d] is not None else np.nan),
@@ -123,8 +128,7 @@ def append_history(history: Path, night: str, trials: pd.DataFrame, nights: pd.D
         tmp.replace(part / f"{run_id}.parquet")
 
 
-STRING_COLUMNS = ["run_id", "config", "device", "chip_class", "model", "runtime", "arm", "role", "build", "status",
-                  "failure_kind", "thermal_before", "thermal_after", "reference_build", "candidate_build", "verdict"]
+STRING_COLUMNS = [c for c in HISTORY_STRINGS if c != "night"]
 FLOAT_COLUMNS = ["decode_tok_s", "prefill_tok_s", "bytes_per_decode_token", "effective_gb_s", "settle_waited_s",
                  "probe_gb_s", "median_reference", "median_candidate", "ratio", "ci_low", "ci_high", "p_value",
                  "p_one_sided_slower", "sigma", "mde"]
@@ -171,49 +175,16 @@ def compact_night(history: Path, night: str) -> None:
                 f.unlink()
 
 
-def _read(history: Path, kind: str, columns: list[str] | None = None,
-          configs: list[str] | None = None) -> pd.DataFrame:
-    """A history dataset; strings come back categorical (cheap at tens of millions of rows), nights ordered."""
-    import pyarrow as pa
-    import pyarrow.dataset as ds
-
-    root = history / kind
-    if not root.is_dir() or not any(root.glob("night=*/*.parquet")):
-        return pd.DataFrame(columns=[*(columns or []), "night"])
-    fmt = ds.ParquetFileFormat(read_options=ds.ParquetReadOptions(dictionary_columns=STRING_COLUMNS))
-    dataset = ds.dataset(root, format=fmt, partitioning="hive")
-    # The schema of every file, not just the first: histories written before the column types were
-    # fixed hold null-typed columns in some nights (footers only: no data is read here).
-    schema = pa.unify_schemas([dataset.schema, *(f.physical_schema for f in dataset.get_fragments())],
-                              promote_options="permissive")
-    dataset = ds.dataset(root, format=fmt, partitioning="hive", schema=schema)
-    filt = ds.field("config").isin(configs) if configs is not None else None
-    table = dataset.to_table(columns=[*columns, "night"] if columns else None, filter=filt)
-    table = table.unify_dictionaries().combine_chunks()
-    night = table.column("night")
-    if not pa.types.is_dictionary(night.type):
-        table = table.set_column(table.schema.get_field_index("night"), "night", night.dictionary_encode())
-    frame = table.to_pandas()
-    labels = frame["night"].cat.rename_categories([str(c) for c in frame["night"].cat.categories])
-    frame["night"] = labels.cat.reorder_categories(sorted(labels.cat.categories), ordered=True)
-    return frame
-
-
 def load_nights(history: Path) -> pd.DataFrame:
     """Every night's comparison; a night run twice for a device and config keeps its latest run (one row
-    once the night is compacted; before, the greatest run id)."""
-    nights = _read(history, "nights")
-    if not len(nights):
-        return nights
-    cats = [c for c in nights.columns if isinstance(nights[c].dtype, pd.CategoricalDtype)]
-    nights = nights.astype(dict.fromkeys(cats, object))  # one row per night and device: plain strings are fine
-    nights = nights.sort_values(["night", "run_id"], kind="stable")
-    return nights.drop_duplicates(["night", "config", "device"], keep="last").reset_index(drop=True)
+    once the night is compacted; before, the greatest run id). Read with DuckDB."""
+    return history_db.load_nights(history)
 
 
 def load_history_trials(history: Path, columns: list[str] | None = None,
                         configs: list[str] | None = None) -> pd.DataFrame:
-    return _read(history, "trials", columns, configs)
+    """Trial rows of the history (strings categorical, nights ordered). Read with DuckDB."""
+    return history_db.load_trials(history, columns, configs)
 
 
 def _in(frame: pd.DataFrame, keys: set[tuple[str, str]]) -> pd.Series:
@@ -228,8 +199,9 @@ def _in(frame: pd.DataFrame, keys: set[tuple[str, str]]) -> pd.Series:
 
 
 # -- the alarm rule ------------------------------------------------------------------------------------
-def alarms(nights: pd.DataFrame, rules: dict[str, NightlyAlarm]) -> pd.DataFrame:
-    """Per (config, device, night): status ``alarm`` / ``watch`` / ``ok`` and the reason.
+def alarms(nights: pd.DataFrame, rules: dict[str, NightlyAlarm], *, reasons: bool = True) -> pd.DataFrame:
+    """Per (config, device, night): status ``alarm`` / ``watch`` / ``ok`` and the reason (``reasons=False``:
+    the reason is left empty, for callers that word only the rows they show).
 
     ``watch``: tonight meets the consecutive-night condition but the streak is not long enough yet.
     Nights without a comparison (no p-value) neither extend nor break a streak.
@@ -240,24 +212,34 @@ def alarms(nights: pd.DataFrame, rules: dict[str, NightlyAlarm]) -> pd.DataFrame
     out = nights.sort_values(["config", "device", "night"], kind="stable").reset_index(drop=True)
     slow = 1 - out["ratio"].to_numpy(dtype=float)
     p = out["p_one_sided_slower"].to_numpy(dtype=float)
-    r = {f: out["config"].map(lambda c, f=f: getattr(rules.get(c, default), f)).to_numpy(dtype=float)
+    configs = out["config"].astype("category")
+    codes = configs.cat.codes.to_numpy()
+    r = {f: np.array([getattr(rules.get(str(c), default), f) for c in configs.cat.categories], dtype=float)[codes]
          for f in NightlyAlarm.model_fields}
     valid = np.isfinite(p) & np.isfinite(slow)
     hit = valid & (p < r["consecutive_p"]) & (slow >= r["consecutive_slowdown"])
     single = valid & (p < r["single_p"]) & (slow >= r["single_slowdown"])
     # Streak of hits per series, skipping nights without data: a run-length count over the valid rows.
-    series = (out["config"] + "\x00" + out["device"]).to_numpy()
+    series = out.groupby(["config", "device"], sort=False, observed=True).ngroup().to_numpy()
     streak = np.zeros(len(out), dtype=np.int64)
     sv = pd.Series(hit[valid].astype(np.int64))
     breaks = ((sv == 0) | pd.Series(series[valid]).ne(pd.Series(series[valid]).shift())).cumsum()
     streak[valid] = sv.groupby(breaks.to_numpy()).cumsum().to_numpy()
     alarm = single | (streak >= r["consecutive_nights"])
     status = np.where(alarm, "alarm", np.where(hit, "watch", np.where(valid, "ok", "no data")))
+    out = out.assign(slowdown=slow, streak=streak, status=status, reason="")
+    return with_reasons(out, rules) if reasons else out
+
+
+def with_reasons(table: pd.DataFrame, rules: dict[str, NightlyAlarm]) -> pd.DataFrame:
+    """The rows of an ``alarms`` table with their reasons worded."""
+    default = NightlyAlarm()
     reason = [
-        _reason(str(st), float(s), float(pp), int(k), rules.get(c, default))
-        for st, s, pp, k, c in zip(status, slow, p, streak, out["config"], strict=True)
+        _reason(str(st), float(s), float(pp), int(k), rules.get(str(c), default))
+        for st, s, pp, k, c in zip(table["status"], table["slowdown"], table["p_one_sided_slower"], table["streak"],
+                                   table["config"], strict=True)
     ]
-    return out.assign(slowdown=slow, streak=streak, status=status, reason=reason)
+    return table.assign(reason=reason)
 
 
 def _reason(status: str, slow: float, p: float, streak: int, rule: NightlyAlarm) -> str:
@@ -286,15 +268,26 @@ def night_medians(nights: pd.DataFrame) -> pd.DataFrame:
 def changepoints(medians: pd.DataFrame, *, alpha: float = 0.01, min_size: int = 3) -> pd.DataFrame:
     """Change points of each series: the log ratio, and the candidate's log tok/s. One row per point."""
     rows = []
-    for (config, device), g in medians.sort_values("night").groupby(["config", "device"], sort=True):
-        nights = g["night"].to_numpy()
-        for signal, values in (("ratio", g["ratio"]), ("candidate tok/s", g["candidate"])):
-            v = np.log(values.to_numpy(dtype=float))
-            ok = np.isfinite(v)
-            for k in detect(v[ok], alpha=alpha, min_size=min_size):
-                before, after = np.median(v[ok][:k]), np.median(v[ok][k:])
-                rows.append({"config": config, "device": device, "signal": signal, "night": nights[ok][k],
-                             "shift": float(np.exp(after - before) - 1)})
+    series = []  # (config, device, signal, row positions, log values), finite values only
+    m = medians.sort_values(["config", "device", "night"], kind="stable")
+    keys = m.groupby(["config", "device"], sort=False, observed=True).ngroup().to_numpy()
+    starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]]) if len(keys) else np.array([], dtype=int)
+    configs, devices = m["config"].iloc[starts].astype(str), m["device"].iloc[starts].astype(str)
+    logs = {"ratio": np.log(m["ratio"].to_numpy(dtype=float)),
+            "candidate tok/s": np.log(m["candidate"].to_numpy(dtype=float))}
+    ends = [*starts[1:], len(keys)] if len(keys) else []
+    for lo, hi, config, device in zip(starts, ends, configs, devices, strict=True):
+        for signal, values in logs.items():
+            v = values[lo:hi]
+            ok = np.flatnonzero(np.isfinite(v))
+            series.append((config, device, signal, lo + ok, v[ok]))
+    found = detect_many([v for *_, v in series], alpha=alpha, min_size=min_size)
+    nights = m["night"]
+    for (config, device, signal, where, v), points in zip(series, found, strict=True):
+        for k in points:
+            before, after = np.median(v[:k]), np.median(v[k:])
+            rows.append({"config": config, "device": device, "signal": signal, "night": nights.iloc[where[k]],
+                         "shift": float(np.exp(after - before) - 1)})
     return pd.DataFrame(rows, columns=["config", "device", "signal", "night", "shift"])
 
 
@@ -326,10 +319,22 @@ def summarize(history: Path, night: str, planned: Iterable[tuple[str, str]], rul
     """Tonight's verdict per planned (config, device), from the history (tonight already appended)."""
     planned = list(dict.fromkeys(planned))  # a config resumed twice, or run twice tonight, is one series
     why_missing = why_missing or {}
-    table = alarms(load_nights(history), rules)
     keys = set(planned)
+    # The whole series, narrow (the rule and the change points read a few columns of every night) ...
+    series = history_db.load_nights(history, configs=sorted({c for c, _ in keys}), columns=SERIES_COLUMNS,
+                                    strings="category", ordered=False)
+    table = alarms(series, rules, reasons=False)
     in_series = table[_in(table, keys)] if len(table) else table
-    tonight = in_series[in_series["night"] == night].reset_index(drop=True)
+    # ... and tonight's rows whole, worded.
+    rule_cols = ["config", "device", "slowdown", "streak", "status"]
+    mine = in_series[in_series["night"] == night][rule_cols].astype({"config": object, "device": object})
+    full = history_db.load_nights(history, configs=sorted({c for c, _ in keys}), night=night)
+    if len(mine):
+        tonight = full.drop(columns=[c for c in ("slowdown", "streak", "status", "reason") if c in full.columns])
+        tonight = tonight.merge(mine, on=["config", "device"], how="inner")
+        tonight = with_reasons(tonight.sort_values(["config", "device"], kind="stable").reset_index(drop=True), rules)
+    else:
+        tonight = pd.DataFrame(columns=[*NIGHT_COLUMNS, "night", "slowdown", "streak", "status", "reason"])
     if len(tonight):  # a comparison row without a p-value: say why the session gave none
         tonight["reason"] = [
             f"{r} ({why_missing[(c, d)]})" if st == "no data" and (c, d) in why_missing else r

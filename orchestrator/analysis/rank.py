@@ -8,6 +8,7 @@ probe_gb_s. Each candidate is joined by model regex and chip class.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -44,11 +45,15 @@ def observations(trials: pd.DataFrame, manifest: Manifest) -> pd.DataFrame:
     return out[OBS_COLUMNS]
 
 
+SUMMARY_KEYS = ["model", "chip_class", "runtime"]
+SUMMARY_COLUMNS = [*SUMMARY_KEYS, "decode_tok_s", "bytes_per_token", "probe_gb_s", "n", "runs"]
+
+
 def _summarize(obs: pd.DataFrame) -> pd.DataFrame:
-    """Medians per (model, chip_class, runtime): the only pass over the (possibly huge) trial rows."""
+    """Medians per (model, chip_class, runtime) of measured rows in memory (a few runs' trials); trials
+    excluded for interference or throttling never count."""
     ok = usable(obs)
-    keys = ["model", "chip_class", "runtime"]
-    g = ok.groupby(keys, sort=False, observed=True)
+    g = ok.groupby(SUMMARY_KEYS, sort=True, observed=True)
     summary = g.agg(
         decode_tok_s=("decode_tok_s", "median"), bytes_per_token=("bytes_per_decode_token", "median"),
         probe_gb_s=("probe_gb_s", "median"), n=("decode_tok_s", "size"),
@@ -57,6 +62,19 @@ def _summarize(obs: pd.DataFrame) -> pd.DataFrame:
         runs = g["run_id"].unique().map(lambda r: ",".join(sorted(map(str, r))[:3]) + ("..." if len(r) > 3 else ""))
         return summary.assign(runs=runs).reset_index()
     return summary.assign(runs="history").reset_index()
+
+
+def summarize_history(history: Path | None, obs: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The same medians over a nightly history's trial rows (and ``obs``, runs' rows, with them), computed
+    in DuckDB over the parquet: the rows never come into memory, only one row per group comes back."""
+    from orchestrator.results.history import medians_by
+
+    if obs is not None and "excluded" in obs.columns:  # excluded trials inform no conclusion
+        obs = obs[obs["excluded"].isna()]
+    frame = medians_by(history, obs, SUMMARY_KEYS, ["decode_tok_s", "bytes_per_decode_token", "probe_gb_s"],
+                       "status = 'ok' AND decode_tok_s IS NOT NULL AND NOT isnan(decode_tok_s)",
+                       counted=("bytes_per_decode_token", "probe_gb_s"))
+    return frame.rename(columns={"bytes_per_decode_token": "bytes_per_token"})[SUMMARY_COLUMNS]
 
 
 def _fmt_range(r: Range | None) -> float:
@@ -115,10 +133,13 @@ def _rank_one(c: Candidate, summary: pd.DataFrame, ceilings: CeilingTable) -> di
 
 
 def rank(table: CandidateTable, obs: pd.DataFrame, ceilings: CeilingTable) -> pd.DataFrame:
-    """Candidates re-ranked: gate met first, then by gain (no gain figure last), then the seed's rank."""
-    summary = _summarize(obs) if len(obs) else pd.DataFrame(
-        columns=["model", "chip_class", "runtime", "decode_tok_s", "bytes_per_token", "probe_gb_s", "n", "runs"]
-    )
+    """Candidates re-ranked from measured rows in memory."""
+    return rank_summary(table, _summarize(obs) if len(obs) else pd.DataFrame(columns=SUMMARY_COLUMNS), ceilings)
+
+
+def rank_summary(table: CandidateTable, summary: pd.DataFrame, ceilings: CeilingTable) -> pd.DataFrame:
+    """Candidates re-ranked from per-group medians (``_summarize`` or ``summarize_history``): gate met
+    first, then by gain (no gain figure last), then the seed's rank."""
     rows = pd.DataFrame([_rank_one(c, summary, ceilings) for c in table.candidates])
     rows["_gain"] = rows["gain"].fillna(-1.0)
     rows = rows.sort_values(["gate_met", "_gain", "seed_rank"], ascending=[False, False, True], kind="stable")

@@ -1,0 +1,76 @@
+"""Make the published site's screenshots in docs/: fourteen simulated nights, then `orch publish`.
+
+The candidate build loses 6% from night 9 on the iPhone (its ground truth says so), seen by two
+configs from night 3 on; the Mac stays level. Each night gets its own simulator seed. Needs
+chromium (Debian: apt-get install chromium; make test installs it).
+
+    .venv/bin/python docs/site_demo.py      # writes docs/site-overview.png and docs/site-series.png
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from orchestrator.analysis.nightly import run_night  # noqa: E402
+from orchestrator.config.candidates import load_ceilings  # noqa: E402
+from orchestrator.report.site import publish  # noqa: E402
+
+NIGHTS, SLOW_FROM = 14, 9
+
+
+def fleet(night: int) -> dict[str, object]:
+    builds = {"ref": 1.0} | {f"n{k:02d}": 0.94 if k >= SLOW_FROM else 1.0 for k in range(1, NIGHTS + 1)}
+    return {"name": "demo", "devices": [
+        {"id": "iphone17pro", "kind": "sim", "model": "iPhone 17 Pro", "chip_class": "A19 Pro", "seed": 100 + night,
+         "bandwidth_gb_s": 60, "runtimes": {"rawloop-metal": {"bytes_per_token": 783e6, "efficiency": 0.73,
+                                                              "builds": builds}}},
+        {"id": "mac-m4", "kind": "sim", "model": "Mac mini (M4)", "chip_class": "M4", "seed": 200 + night,
+         "bandwidth_gb_s": 100, "noise": {"sigma": 0.03},
+         "runtimes": {"rawloop-metal": {"bytes_per_token": 783e6, "efficiency": 0.8,
+                                        "builds": dict.fromkeys(builds, 1.0)}}},
+    ]}
+
+
+def shoot(chromium: str, page: Path, png: Path, height: int) -> None:
+    subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+                    f"--window-size=1280,{height}", "--virtual-time-budget=5000", f"--screenshot={png}",
+                    page.as_uri()], check=True, capture_output=True, timeout=120)
+
+
+def main() -> None:
+    tmp = Path(tempfile.mkdtemp(prefix="orch-site-"))
+    text = (ROOT / "configs" / "plans" / "nightly.yaml").read_text().replace(
+        "devices: [iphone17pro]", "devices: [iphone17pro, mac-m4]")
+    plans = [tmp / "nightly.yaml", tmp / "prefill.yaml"]
+    plans[0].write_text(text)
+    plans[1].write_text(text.replace("name: nightly-decode", "name: nightly-prefill"))
+    results = tmp / "results"
+    for night in range(1, NIGHTS + 1):
+        f = tmp / f"fleet-{night}.yaml"
+        f.write_text(json.dumps(fleet(night)))
+        outcome = asyncio.run(run_night(f, plans[:1] if night < 3 else plans, reference="ref",
+                                        candidate=f"n{night:02d}", night=f"2026-11-{night:02d}", results=results,
+                                        history=results / "history"))
+        print(f"night {night}: " + ", ".join(f"{r['config']}/{r['device']} {r['status']}"
+                                              for r in outcome.summary.tonight.to_dict("records")))
+    site = tmp / "site"
+    publish(results, results / "history", site, load_ceilings(ROOT / "configs" / "ceilings.yaml"))
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        sys.exit(f"site at {site / 'index.html'}; no chromium to take the screenshots")
+    shoot(chromium, site / "index.html", ROOT / "docs" / "site-overview.png", 560)
+    shoot(chromium, site / "config" / "nightly-decode.html", ROOT / "docs" / "site-series.png", 1000)
+    print(f"wrote docs/site-overview.png and docs/site-series.png (from {site})")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,102 @@
+"""The published site in a real browser (Debian's headless Chromium, driven over the DevTools pipe)."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from browser import Browser, find_chromium
+from site_support import SLOW_FROM, make_nights, night_label
+
+from orchestrator.report.site import publish
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    tmp = tmp_path_factory.mktemp("browser-lab")
+    results = tmp / "results"
+    make_nights(tmp, results, 1, 6)
+    out = tmp / "site"
+    publish(results, results / "history", out, None)
+    return out
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Browser]:
+    if find_chromium() is None:
+        if os.environ.get("CI"):
+            pytest.fail("no chromium: make test installs it (apt-get install chromium)")
+        pytest.skip("no chromium (make test installs Debian's)")
+    with Browser.start(tmp_path_factory.mktemp("profile")) as b:
+        yield b
+
+
+def series_of(site: Path) -> dict[str, object]:
+    data: dict[str, object] = json.loads((site / "data" / "nightly-decode.json").read_text())
+    return data
+
+
+def test_pages_render_without_errors_and_list_the_series(site: Path, browser: Browser, tmp_path: Path) -> None:
+    page = browser.open((site / "index.html").as_uri())
+    rows = page.eval("[...document.querySelectorAll('#overview tr.series')].map(r => "
+                     "[r.dataset.config, r.cells[1].textContent, r.dataset.status])")
+    assert rows == [["nightly-decode", "iphone17pro", "alarm"], ["nightly-decode", "mac-m4", "ok"]]
+    assert page.eval("document.querySelectorAll('#overview svg.spark polyline').length") == 2
+    assert page.errors == []
+    page.screenshot(tmp_path / "index.png")
+    assert (tmp_path / "index.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    page.navigate((site / "config" / "nightly-decode.html").as_uri())
+    assert page.errors == []
+    assert page.eval("typeof Plotly") == "object"  # the vendored library loaded from the site's assets
+    assert page.eval("document.querySelectorAll('#plot .scatterlayer .trace').length") == 2
+    assert page.eval("document.querySelectorAll('#plot .scatterlayer .point').length") == 12
+    assert page.eval("document.getElementById('shown').textContent") == "12 nights shown"
+    # Filtering by device redraws the chart with that device's nights only.
+    page.eval("(() => { const s = document.getElementById('f-device'); s.value = 'mac-m4'; "
+              "s.dispatchEvent(new Event('change')); })()")
+    assert page.eval("document.querySelectorAll('#plot .scatterlayer .point').length") == 6
+    assert page.eval("document.getElementById('shown').textContent") == "6 nights shown"
+    assert page.errors == []
+
+
+def test_a_click_from_an_alarm_reaches_its_run_report(site: Path, browser: Browser) -> None:
+    points = series_of(site)["points"]
+    assert isinstance(points, list)
+    latest = max((p for p in points if p["device"] == "iphone17pro"), key=lambda p: p["night"])
+    first_alarm = min((p for p in points if p["status"] == "alarm"), key=lambda p: p["night"])
+    assert first_alarm["night"] == night_label(SLOW_FROM)
+
+    page = browser.open((site / "index.html").as_uri())
+    page.click('#overview tr[data-status="alarm"] a.to-report')
+    assert page.eval("location.href").endswith(f"/runs/{latest['run_id']}/report.html")
+    assert latest["run_id"] in page.eval("document.title")
+    assert page.errors == []
+
+    page.navigate((site / "config" / "nightly-decode.html").as_uri())
+    page.click('#flagged tr[data-status="alarm"]:last-child a.to-report')  # the first night it alarmed
+    assert page.eval("location.href").endswith(f"/runs/{first_alarm['run_id']}/report.html")
+    assert page.errors == []
+
+
+def test_a_click_on_a_point_of_the_chart_opens_that_nights_report(site: Path, browser: Browser) -> None:
+    points = series_of(site)["points"]
+    assert isinstance(points, list)
+    page = browser.open((site / "config" / "nightly-decode.html").as_uri())
+    # The alarm markers are drawn as crosses on the iPhone's trace; click the last one (tonight's).
+    box = page.eval("""(() => { const t = document.querySelectorAll('#plot .scatterlayer .trace');
+        for (const trace of t) { const pts = trace.querySelectorAll('.point');
+          if (pts.length && trace.__data__[0].trace.name === 'iphone17pro') {
+            const r = pts[pts.length - 1].getBoundingClientRect(); return [r.left + r.width / 2, r.top + r.height / 2];
+          } } return null; })()""")
+    assert box is not None
+    page.browser.loaded.discard(page.session)
+    page.send("Input.dispatchMouseEvent", type="mouseMoved", x=box[0], y=box[1])
+    for kind in ("mousePressed", "mouseReleased"):
+        page.send("Input.dispatchMouseEvent", type=kind, x=box[0], y=box[1], button="left", clickCount=1)
+    page.wait_loaded()
+    tonight = max((p for p in points if p["device"] == "iphone17pro"), key=lambda p: p["night"])
+    assert page.eval("location.href").endswith(f"/runs/{tonight['run_id']}/report.html")
