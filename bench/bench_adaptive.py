@@ -20,7 +20,6 @@ Writes bench/results/adaptive.md and .json. Usage: python bench/bench_adaptive.p
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import platform
 import statistics
@@ -41,11 +40,7 @@ from orchestrator import app as core  # noqa: E402
 from orchestrator.analysis.sizing import noise_of, size  # noqa: E402
 from orchestrator.analysis.summary import verdicts  # noqa: E402
 from orchestrator.config import Fleet, Plan  # noqa: E402
-from orchestrator.devices import open_device  # noqa: E402
-from orchestrator.results import MemoryJournal  # noqa: E402
 from orchestrator.results.records import SessionStopped  # noqa: E402
-from orchestrator.results.store import trial_rows  # noqa: E402
-from orchestrator.schedule import SessionState, run_sessions  # noqa: E402
 
 DESIGNS: dict[str, dict[str, Any]] = {
     "fixed-40 median": {"blocks": 20, "decision": {"estimator": "median", "adaptive": None}},
@@ -76,17 +71,13 @@ def plan(fields: dict[str, Any]) -> Plan:
 
 def measure(design: str, gap: float, reps: int, seed0: int) -> tuple[dict[str, Any], pd.DataFrame, Plan]:
     f, p = fleet(reps, gap, seed0), plan(DESIGNS[design])
-    manifest = core.new_manifest(f, p, Path("bench"), Path("bench"))
-    journal = MemoryJournal()
     t0 = time.perf_counter()
-    asyncio.run(run_sessions(manifest, journal, lambda d: open_device(f, d),
-                             {s.device: SessionState() for s in manifest.sessions}))
-    trials = trial_rows(manifest, journal.records)  # type: ignore[arg-type]
+    manifest, records, trials = core.simulate(f, p)
     table = verdicts(trials, p, seed=manifest.seed)
     wall = time.perf_counter() - t0
     counts = Counter(table["verdict"])
     n = (table["n_baseline"] + table["n_candidate"]) / 2
-    stops = Counter(r.reason for r in journal.records if isinstance(r, SessionStopped))
+    stops = Counter(r.reason for r in records if isinstance(r, SessionStopped))
     busy = trials.groupby("device").apply(lambda t: float((t["settle_waited_s"] + t["duration_s"]).sum()),
                                           include_groups=False)
     settle = trials.groupby("device")["settle_waited_s"].sum()

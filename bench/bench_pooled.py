@@ -14,7 +14,6 @@ Writes bench/results/pooled.md and .json. Usage: python bench/bench_pooled.py [-
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import platform
 import sys
@@ -33,10 +32,6 @@ from orchestrator import app as core  # noqa: E402
 from orchestrator.analysis.pooled import class_verdicts  # noqa: E402
 from orchestrator.analysis.summary import verdicts  # noqa: E402
 from orchestrator.config import Fleet, Plan  # noqa: E402
-from orchestrator.devices import open_device  # noqa: E402
-from orchestrator.results import MemoryJournal  # noqa: E402
-from orchestrator.results.store import trial_rows  # noqa: E402
-from orchestrator.schedule import SessionState, run_sessions  # noqa: E402
 from orchestrator.schedule.pool import fleet_chips  # noqa: E402
 
 CASES = {"no difference": (0.0, None), "true 5% gap": (0.05, None), "one phone 8% off": (0.05, -0.03)}
@@ -64,11 +59,7 @@ def plan(pooled: bool) -> Plan:
 
 
 def run(f: Fleet, p: Plan) -> tuple[Any, Any]:
-    manifest = core.new_manifest(f, p, Path("bench"), Path("bench"))
-    journal = MemoryJournal()
-    asyncio.run(run_sessions(manifest, journal, lambda d: open_device(f, d),
-                             {s.device: SessionState() for s in manifest.sessions}))
-    trials = trial_rows(manifest, journal.records)  # type: ignore[arg-type]
+    manifest, _records, trials = core.simulate(f, p)
     return manifest, trials
 
 

@@ -20,7 +20,6 @@ Writes bench/results/trust.md and .json. Usage: python bench/bench_trust.py [--r
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import json
 import os
@@ -44,11 +43,8 @@ import yaml  # noqa: E402
 from orchestrator import app as core  # noqa: E402
 from orchestrator.analysis.summary import verdicts  # noqa: E402
 from orchestrator.config import Fleet, Plan  # noqa: E402
-from orchestrator.devices import open_device  # noqa: E402
-from orchestrator.results import MemoryJournal  # noqa: E402
 from orchestrator.results.records import AttemptSpoiled, TrialRecord  # noqa: E402
-from orchestrator.results.store import RunDir, load_trials, trial_rows, usable  # noqa: E402
-from orchestrator.schedule import SessionState, run_sessions  # noqa: E402
+from orchestrator.results.store import RunDir, load_trials, usable  # noqa: E402
 
 ORCH = str(Path(sys.executable).with_name("orch"))
 MODEL = Path("~/.cache/orch/models/llama-m110-s0/model-Q8_0.gguf").expanduser()  # orch model make --size m110
@@ -83,12 +79,8 @@ def sim_plan(probe: bool) -> Plan:
 
 def sim_case(scenario: str, probe: bool, reps: int) -> dict[str, Any]:
     f, p = sim_fleet(reps, 30_000, SCENARIOS[scenario]), sim_plan(probe)
-    manifest = core.new_manifest(f, p, Path("bench"), Path("bench"))
-    journal = MemoryJournal()
     t0 = time.perf_counter()
-    asyncio.run(run_sessions(manifest, journal, lambda d: open_device(f, d),
-                             {s.device: SessionState() for s in manifest.sessions}))
-    trials = trial_rows(manifest, journal.records)  # type: ignore[arg-type]
+    manifest, _records, trials = core.simulate(f, p)
     table = verdicts(trials, p, seed=manifest.seed)
     counts = Counter(table["verdict"])
     ratio = table["ratio"].to_numpy(dtype=float)

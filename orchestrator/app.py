@@ -61,7 +61,7 @@ from orchestrator.results.store import (
 )
 from orchestrator.runtimes import RUNTIMES
 from orchestrator.runtimes.gating import gates_of
-from orchestrator.schedule import resume_state, run_sessions, session_plan
+from orchestrator.schedule import SessionState, resume_state, run_sessions, session_plan
 from orchestrator.schedule.pool import classes, fleet_chips, share
 from orchestrator.schedule.session import Observer
 
@@ -379,3 +379,16 @@ def _derive(run: RunDir, *, save: bool, why: str | None = None) -> RunOutcome:
                       verdicts=table, details={d: s.detail for d, s in stops(records).items() if s.detail},
                       gates=gates, warnings=warnings, chips=device_chips(manifest, records), device_time=spent,
                       class_verdicts=pooled)
+
+
+def simulate(fleet: Fleet, plan: Plan) -> tuple[Manifest, list[Record], pd.DataFrame]:
+    """A plan on a fleet of simulated devices, in memory (no results folder): the manifest, the journal's
+    records and the trial table, through the real scheduler, settle gate, sessions and looks (benchmarks)."""
+    from orchestrator.results import MemoryJournal
+
+    manifest = new_manifest(fleet, plan, Path("memory"), Path("memory"))
+    journal = MemoryJournal()
+    asyncio.run(run_sessions(manifest, journal, lambda d: open_device(fleet, d),
+                             {s.device: SessionState() for s in manifest.sessions}))
+    records: list[Record] = list(journal.records)  # type: ignore[arg-type]
+    return manifest, records, trial_rows(manifest, records)
