@@ -15,7 +15,7 @@ from typing import Any
 import pymobiledevice3.common
 import pytest
 from pymobiledevice3.services.house_arrest import HouseArrestService
-from twin_support import BUNDLE, HARNESS, MODEL, app_ipa, harness_has_app, running_twin
+from twin_support import BUNDLE, HARNESS, MODEL, STAND_IN_MODEL, app_ipa, harness_has_app, running_twin
 
 from orchestrator.config.fleet import IphoneDeviceConfig
 from orchestrator.devices.base import ArtifactFile, Artifacts, TrialFailure
@@ -56,6 +56,7 @@ def test_the_iphone_backend_prepares_measures_and_runs_trials_on_the_twin(tmp_pa
         # what the stand-in app does per trial (the backend sends only --spec and --out)
         plan = {"twin-0002": ["--signal", "SIGSEGV"], "twin-0003": ["--sleep", "30"]}
         await _push(device, "/Documents/stand-in.json", json.dumps(plan).encode())
+        await _push(device, f"/Documents/{STAND_IN_MODEL}", b"GGUF")
         info = await device.info()
         assert info.os == f"iOS {ios} ({build})" and info.chip_class == "A18 Pro"
         assert info.harness_version is not None and info.harness_version.startswith("1.0 (1) sha256:")
@@ -116,19 +117,20 @@ def test_a_cable_pulled_mid_trial_is_a_disconnect_until_replugged(tmp_path: Path
     async def body(device: IphoneDevice, twin: Any) -> None:
         await device.prepare(Artifacts())
         await _push(device, "/Documents/stand-in.json", json.dumps({"twin-0005": ["--sleep", "30"]}).encode())
-        trial = asyncio.create_task(device.run_trial(contract_spec("rawloop-cpu", "m.gguf", "twin-0005"), 60))
+        await _push(device, f"/Documents/{STAND_IN_MODEL}", b"GGUF")
+        trial = asyncio.create_task(device.run_trial(contract_spec("rawloop-cpu", STAND_IN_MODEL, "twin-0005"), 60))
         await asyncio.sleep(1.0)
         await asyncio.to_thread(twin.unplug)
         failure = await trial
         assert isinstance(failure, TrialFailure) and failure.kind == "disconnected", failure
         assert twin.call(lambda p: p.processes.by_bundle(BUNDLE)) is not None, "the app keeps running on the phone"
-        again = await device.run_trial(contract_spec("rawloop-cpu", "m.gguf", "twin-0006"), 30)
+        again = await device.run_trial(contract_spec("rawloop-cpu", STAND_IN_MODEL, "twin-0006"), 30)
         assert isinstance(again, TrialFailure) and again.kind == "disconnected", again  # still unplugged: typed
         health = await device.health()
         assert health.state == "not_connected", health
         await asyncio.to_thread(twin.replug)
         assert (await device.health()).state == "ok"
-        after = await device.run_trial(contract_spec("rawloop-cpu", "m.gguf", "twin-0007"), 30)  # reconnected
+        after = await device.run_trial(contract_spec("rawloop-cpu", STAND_IN_MODEL, "twin-0007"), 30)  # reconnected
         assert isinstance(after, TrialResult) and after.trial_id == "twin-0007", after
         await device.close()
 

@@ -20,7 +20,7 @@ from pymobiledevice3.services.dvt.instruments.dvt_provider import DvtProvider
 from pymobiledevice3.services.dvt.instruments.process_control import ProcessControl
 from pymobiledevice3.services.house_arrest import HouseArrestService
 from pymobiledevice3.services.installation_proxy import InstallationProxyService
-from twin_support import BUNDLE, app_ipa, running_twin, with_developer, with_lockdown
+from twin_support import BUNDLE, STAND_IN_MODEL, app_ipa, running_twin, with_developer, with_lockdown
 
 from orchestrator.devices.contract import contract_spec
 
@@ -92,8 +92,10 @@ def test_launch_runs_the_executable_with_the_exact_arguments(tmp_path: Path, cap
         async def push_spec(client: Any) -> None:
             async with await HouseArrestService.create(client, BUNDLE) as box:
                 await box.makedirs("/Documents/specs")
-                spec = contract_spec("rawloop-cpu", "models/m.gguf", "t1")
+                spec = contract_spec("rawloop-cpu", STAND_IN_MODEL, "t1")
                 await box.set_file_contents("/Documents/specs/t1.json", spec.model_dump_json().encode())
+                await box.makedirs("/Documents/models")
+                await box.set_file_contents(f"/Documents/{STAND_IN_MODEL}", b"GGUF")
 
         with_lockdown(twin, tmp_path, push_spec)
         pid, output, procs = with_developer(twin, tmp_path, lambda c: _launch_and_wait(c, args))

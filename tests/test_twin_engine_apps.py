@@ -15,7 +15,7 @@ import pymobiledevice3.common
 import pytest
 from pymobiledevice3.services.house_arrest import HouseArrestService
 from test_twin_backend import _device
-from twin_support import BUNDLE, HARNESS, MODEL, app_executable, harness_has_app, running_twin
+from twin_support import BUNDLE, HARNESS, MODEL, STAND_IN_MODEL, app_executable, harness_has_app, running_twin
 
 from orchestrator.config.sim import ThermalModel
 from orchestrator.devices.base import ArtifactFile, Artifacts, TrialFailure
@@ -91,7 +91,7 @@ def test_a_competitor_apps_crash_is_found_under_its_own_name(tmp_path: Path) -> 
         await device.prepare(Artifacts())
         await _push(device, OTHER, "/Documents/stand-in.json", json.dumps({"twin-0001": ["--signal", "SIGSEGV"]})
                     .encode())
-        failure = await device.run_trial(contract_spec("litert", "models/m.gguf", "twin-0001"), 30)
+        failure = await device.run_trial(contract_spec("litert", STAND_IN_MODEL, "twin-0001"), 30)
         assert isinstance(failure, TrialFailure) and failure.kind == "crashed", failure
         assert failure.detail is not None and failure.detail.startswith("Competitor-"), failure
         await device.close()
@@ -111,10 +111,11 @@ def test_telemetry_reads_the_battery_and_the_thermal_state_the_app_saw(tmp_path:
 
     async def body(device: IphoneDevice, twin: ThreadedTwin) -> None:
         await device.prepare(Artifacts())
+        await _push(device, BUNDLE, f"/Documents/{STAND_IN_MODEL}", b"GGUF")
         first = await device.telemetry()
         assert first.battery_c is not None and 25 <= first.battery_c <= 40 and first.charging is False, first
         assert first.thermal_state is None and first.unavailable == ["thermal_state", "low_power"], first
-        assert isinstance(await device.run_trial(contract_spec("rawloop-cpu", "models/m.gguf", "twin-0001"), 30),
+        assert isinstance(await device.run_trial(contract_spec("rawloop-cpu", STAND_IN_MODEL, "twin-0001"), 30),
                           TrialResult)
         after = await device.telemetry()
         assert after.thermal_state == "fair" and "thermal_state" not in after.unavailable, after
@@ -126,7 +127,8 @@ def test_telemetry_reads_the_battery_and_the_thermal_state_the_app_saw(tmp_path:
 
     async def stale(device: IphoneDevice) -> None:
         await device.prepare(Artifacts())
-        assert isinstance(await device.run_trial(contract_spec("rawloop-cpu", "models/m.gguf", "twin-0002"), 30),
+        await _push(device, BUNDLE, f"/Documents/{STAND_IN_MODEL}", b"GGUF")
+        assert isinstance(await device.run_trial(contract_spec("rawloop-cpu", STAND_IN_MODEL, "twin-0002"), 30),
                           TrialResult)
         reading = await device.telemetry()
         assert reading.thermal_state is None and "thermal_state" in reading.unavailable, reading

@@ -16,7 +16,7 @@ from typing import Any
 import pymobiledevice3.common
 import pytest
 from test_twin_backend import _device, _push
-from twin_support import app_ipa, running_twin
+from twin_support import STAND_IN_MODEL, app_ipa, running_twin
 
 from orchestrator.devices.base import Artifacts, TrialFailure
 from orchestrator.devices.contract import contract_spec
@@ -31,7 +31,7 @@ def _pmd_home(tmp_path: Path, monkeypatch: Any) -> None:
 
 
 def spec(trial_id: str) -> TrialSpec:
-    return contract_spec("rawloop-cpu", "models/m.gguf", trial_id)
+    return contract_spec("rawloop-cpu", STAND_IN_MODEL, trial_id)
 
 
 def on_twin(tmp_path: Path, plan: dict[str, list[str]], body: Callable[[IphoneDevice, ThreadedTwin], Awaitable[None]],
@@ -41,6 +41,7 @@ def on_twin(tmp_path: Path, plan: dict[str, list[str]], body: Callable[[IphoneDe
     async def main(device: IphoneDevice, running: ThreadedTwin) -> None:
         await device.prepare(Artifacts())
         await _push(device, "/Documents/stand-in.json", json.dumps(plan).encode())
+        await _push(device, f"/Documents/{STAND_IN_MODEL}", b"GGUF")
         try:
             await body(device, running)
         finally:

@@ -32,6 +32,8 @@ T = TypeVar("T")
 #   --signal NAME      kill itself     --alloc MB  hold MB resident, then sleep
 # It always records its argv and environment in Documents/launch.json first. Documents/stand-in.json,
 # when present, maps a trial id to more of these arguments (run before the ones it was launched with).
+# It opens the spec's model as the real app does (HarnessCore's AppLaunch): a path relative to Documents
+# that must be there (an absolute one or one with `..` is bad_spec, a missing one model_not_found).
 APP = textwrap.dedent('''\
     #!{python} -IS
     import json, os, signal, sys, time
@@ -77,10 +79,21 @@ APP = textwrap.dedent('''\
                        "token_times_ns": times}},
             "thermal": [{{"t_ns": 0, "state": os.environ.get("HARNESS_THERMAL_STATE", "nominal")}}],
         }}
+        model = spec["model"]
+        if model.startswith("/") or ".." in model.split("/"):
+            error = {{"kind": "bad_spec", "message": "model: " + model + " is not a path relative to Documents"}}
+        elif not os.path.isfile(os.path.join(docs, model)):
+            error = {{"kind": "model_not_found", "message": "no model at " + model}}
+        else:
+            error = None
+        if error is not None:
+            del result["trial1"]
+            result.update(status="error", error=error)
         with open(out + ".tmp", "w") as fh:
             json.dump(result, fh)
         os.replace(out + ".tmp", out)
         print("HARNESS_DONE", spec["trial_id"], out, flush=True)
+        sys.exit(0 if error is None else 2)
 ''')
 
 
@@ -91,6 +104,9 @@ def harness_has_app() -> bool:
         return False
     probe = subprocess.run([str(HARNESS), "app"], capture_output=True, text=True, timeout=30, check=False)
     return "--container" in probe.stdout + probe.stderr
+
+
+STAND_IN_MODEL = "models/m.gguf"  # where the stand-in app's tests put a model (a few bytes: it reads none)
 
 
 def app_executable(directory: Path) -> Path:
