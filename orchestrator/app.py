@@ -19,7 +19,7 @@ from pathlib import Path
 import pandas as pd
 
 from orchestrator.analysis import noise
-from orchestrator.analysis.devicetime import decided_in, device_time, prepare_seconds
+from orchestrator.analysis.devicetime import costs
 from orchestrator.analysis.pooled import class_verdicts
 from orchestrator.analysis.summary import verdicts
 from orchestrator.artifacts import (
@@ -356,9 +356,7 @@ def _derive(run: RunDir, *, save: bool, why: str | None = None) -> RunOutcome:
                         f"not run, and orch run --resume {run.run_id} runs it again")
     trials = trial_rows(manifest, records)
     table = verdicts(trials, manifest.plan, seed=manifest.seed)
-    prepare_s = prepare_seconds(records)
-    table = table.assign(device_min=decided_in(table, trials, prepare_s))
-    spent = device_time(trials, prepare_s, [s.device for s in manifest.sessions], manifest.plan.budget_minutes)
+    table, spent = costs(table, trials, records, [s.device for s in manifest.sessions], manifest.plan.budget_minutes)
     pooled = class_verdicts(trials, manifest.plan, fleet_chips(manifest.fleet), seed=manifest.seed)
     if save:
         try:

@@ -70,3 +70,13 @@ def decided_in(verdicts: pd.DataFrame, trials: pd.DataFrame, prepare_s: dict[str
         at = int(np.argmax(reached)) if reached.any() else len(mine) - 1
         out.append((prepare_s.get(str(row["device"]), 0.0) + float(spent[at])) / 60)
     return pd.Series(out, index=verdicts.index, dtype=float)
+
+
+def costs(verdicts: pd.DataFrame, trials: pd.DataFrame, records: list[Any], devices: list[str],
+          budget_min: float | None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The verdicts with what each cost (`device_min`), and the per-device table: derived once from the
+    journal's records, for the run's files and for its report alike."""
+    prepare_s = prepare_seconds(records)
+    if len(verdicts):
+        verdicts = verdicts.assign(device_min=decided_in(verdicts, trials, prepare_s))
+    return verdicts, device_time(trials, prepare_s, devices, budget_min)

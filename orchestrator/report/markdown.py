@@ -15,7 +15,7 @@ from typing import Any
 import pandas as pd
 
 from orchestrator.analysis.audit import RULE, audit, prefill_view
-from orchestrator.analysis.devicetime import decided_in, device_time, prepare_seconds
+from orchestrator.analysis.devicetime import costs
 from orchestrator.analysis.summary import family_words, verdicts
 from orchestrator.config.candidates import CeilingTable
 from orchestrator.report import plots
@@ -109,10 +109,7 @@ def collect(run: RunDir, ceilings: CeilingTable | None, history: Path | None = N
     manifest, records = run.manifest(), run.records()
     trials = trial_rows(manifest, records)
     table = verdicts(trials, manifest.plan, seed=manifest.seed) if len(trials) else pd.DataFrame()
-    prepare_s = prepare_seconds(records)
-    if len(table):
-        table = table.assign(device_min=decided_in(table, trials, prepare_s))
-    spent = device_time(trials, prepare_s, [s.device for s in manifest.sessions], manifest.plan.budget_minutes)
+    table, spent = costs(table, trials, records, [s.device for s in manifest.sessions], manifest.plan.budget_minutes)
     ended: dict[str, str] = {d: str(s.reason) for d, s in stops(records).items()}
     ok = trials[trials["status"] == "ok"] if len(trials) else trials
     aud = audit(trials, manifest, ceilings, seed=manifest.seed) if ceilings is not None and len(ok) else None

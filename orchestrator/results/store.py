@@ -266,8 +266,8 @@ def trial_rows(manifest: Manifest, records: list[Record]) -> pd.DataFrame:
             "excluded": rec.excluded,
             "probe_gb_s": probes.get(rec.device),
             "t_start_s": rec.t_start, "duration_s": rec.duration_s,
-            "measured_s": min(measured_s(res), rec.duration_s) if res else 0.0,
-            "launch_s": rec.duration_s - (min(measured_s(res), rec.duration_s) if res else 0.0),
+            "measured_s": (timed := min(measured_s(res), rec.duration_s) if res else 0.0),
+            "launch_s": rec.duration_s - timed,
             "retry_s": retried.get((rec.device, rec.trial_id), 0.0),
             "wall_start": datetime.fromtimestamp(rec.wall, UTC),
         })
