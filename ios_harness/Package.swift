@@ -34,20 +34,23 @@ let package = Package(
     platforms: [.macOS(.v15), .iOS(.v18)],
     products: [
         .library(name: "HarnessCore", targets: ["HarnessCore"]),
+        .library(name: "HarnessModel", targets: ["HarnessModel"]),
         .library(name: "HarnessCPU", targets: ["HarnessCPU"]),
         .library(name: "HarnessMetal", targets: ["HarnessMetal"]),
         .executable(name: "harness", targets: ["harness"]),
     ],
     targets: [
         .target(name: "HarnessCore"),
+        // What every engine reading a llama GGUF shares: the reader, the config, the checked layout.
+        .target(name: "HarnessModel", dependencies: ["HarnessCore"]),
         // C only where Swift's SIMD types cannot say it: x86 int8 dot instructions (pmaddubsw).
         .target(name: "HarnessKernels", cSettings: cFlags),
-        .target(name: "HarnessCPU", dependencies: ["HarnessCore", "HarnessKernels"], swiftSettings: cpuFlags),
+        .target(name: "HarnessCPU", dependencies: ["HarnessCore", "HarnessModel", "HarnessKernels"], swiftSettings: cpuFlags),
         // The seam picking Metal or MetalCPU is one file: Metal+Platform.swift.
-        .target(name: "HarnessMetal", dependencies: ["HarnessCore", "HarnessCPU"] + metal, exclude: ["README.md"]),
+        .target(name: "HarnessMetal", dependencies: ["HarnessCore", "HarnessModel"] + metal, exclude: ["README.md"]),
         .executableTarget(
             name: "harness",
-            dependencies: ["HarnessCore", "HarnessCPU", "HarnessMetal"]
+            dependencies: ["HarnessCore", "HarnessModel", "HarnessCPU", "HarnessMetal"]
         ),
         .testTarget(
             name: "HarnessCoreTests",
@@ -55,12 +58,12 @@ let package = Package(
         ),
         .testTarget(
             name: "HarnessMetalTests",
-            dependencies: ["HarnessCore", "HarnessCPU", "HarnessMetal"],
+            dependencies: ["HarnessCore", "HarnessModel", "HarnessCPU", "HarnessMetal"],
             swiftSettings: cpuFlags
         ),
         .testTarget(
             name: "HarnessCPUTests",
-            dependencies: ["HarnessCore", "HarnessCPU"],
+            dependencies: ["HarnessCore", "HarnessModel", "HarnessCPU"],
             swiftSettings: cpuFlags
         ),
     ] + emulation
