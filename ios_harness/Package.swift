@@ -1,6 +1,7 @@
 // swift-tools-version:6.0
 // The benchmark harness: protocol v1 types, the trial runner, the raw-loop engines and the CLI.
 // No outside packages: the machines that build this cannot fetch any.
+import Foundation
 import PackageDescription
 
 /// Linux x86_64 builds compile for a named CPU so the SIMD kernels get AVX2/FMA/F16C.
@@ -29,6 +30,46 @@ cpuFlags = [.unsafeFlags(["-target-cpu", targetCPU], .when(platforms: [.linux]))
 cFlags = [.unsafeFlags(["-march=\(targetCPU)", "-O3"], .when(platforms: [.linux]))]
 #endif
 
+/// llama.cpp, the `llamacpp` engine (HarnessLlama), where the build has it; everything else builds
+/// without it. Linux: `HARNESS_LLAMA` names a folder with `include/` (llama.h, gguf.h, ggml*.h)
+/// and `lib/` (libllama, libggml*) of one pinned llama.cpp build: `.llama` here, which `make llama`
+/// (Tools/llama-link.py) links from the llamacpp runtime environment's own build. Only the
+/// variable decides, never whether a folder exists: SwiftPM caches the evaluated manifest by its
+/// text and environment, so a folder appearing later would not be seen. Apple:
+/// `Vendor/llama.xcframework`, built from the same pinned source by its build-xcframework.sh
+/// (see docs/llamacpp-engine.md); `HARNESS_LLAMA=0` builds without it. Either way the C API is
+/// the module `llama`.
+var llamaTargets: [Target] = []
+var llamaEngine: [Target.Dependency] = []
+/// The Clang include path of llama.h (Linux), and `HARNESS_LLAMA` defined for the code that lists
+/// the engine (`harness`'s Engines.swift), in every target that imports HarnessLlama.
+var llamaFlags: [SwiftSetting] = []
+#if os(Linux)
+if let dir = Context.environment["HARNESS_LLAMA"], !dir.isEmpty, dir != "0" {
+    llamaFlags = [.unsafeFlags(["-Xcc", "-I\(dir)/include"]), .define("HARNESS_LLAMA")]
+    llamaTargets = [.systemLibrary(name: "llama", path: "Tools/llama")]
+    llamaEngine = ["HarnessLlama"]
+    llamaTargets += [
+        .target(name: "HarnessLlama", dependencies: ["HarnessCore", "llama"],
+                swiftSettings: llamaFlags,
+                linkerSettings: [.unsafeFlags(["-L\(dir)/lib", "-Xlinker", "-rpath", "-Xlinker", "\(dir)/lib"])]),
+        .testTarget(name: "HarnessLlamaTests", dependencies: ["HarnessCore", "HarnessModel", "HarnessCPU", "HarnessLlama"],
+                    swiftSettings: llamaFlags + cpuFlags),
+    ]
+}
+#else
+if Context.environment["HARNESS_LLAMA"] != "0",
+   FileManager.default.fileExists(atPath: Context.packageDirectory + "/Vendor/llama.xcframework") {
+    llamaTargets = [
+        .binaryTarget(name: "llama", path: "Vendor/llama.xcframework"),
+        .target(name: "HarnessLlama", dependencies: ["HarnessCore", "llama"]),
+        .testTarget(name: "HarnessLlamaTests", dependencies: ["HarnessCore", "HarnessModel", "HarnessCPU", "HarnessLlama"]),
+    ]
+    llamaEngine = ["HarnessLlama"]
+    llamaFlags = [.define("HARNESS_LLAMA")]
+}
+#endif
+
 let package = Package(
     name: "Harness",
     platforms: [.macOS(.v15), .iOS(.v18)],
@@ -37,6 +78,7 @@ let package = Package(
         .library(name: "HarnessModel", targets: ["HarnessModel"]),
         .library(name: "HarnessCPU", targets: ["HarnessCPU"]),
         .library(name: "HarnessMetal", targets: ["HarnessMetal"]),
+    ] + (llamaEngine.isEmpty ? [] : [.library(name: "HarnessLlama", targets: ["HarnessLlama"])]) + [
         .executable(name: "harness", targets: ["harness"]),
     ],
     targets: [
@@ -50,7 +92,8 @@ let package = Package(
         .target(name: "HarnessMetal", dependencies: ["HarnessCore", "HarnessModel"] + metal, exclude: ["README.md"]),
         .executableTarget(
             name: "harness",
-            dependencies: ["HarnessCore", "HarnessModel", "HarnessCPU", "HarnessMetal"]
+            dependencies: ["HarnessCore", "HarnessModel", "HarnessCPU", "HarnessMetal"] + llamaEngine,
+            swiftSettings: llamaFlags
         ),
         .testTarget(
             name: "HarnessCoreTests",
@@ -66,5 +109,5 @@ let package = Package(
             dependencies: ["HarnessCore", "HarnessModel", "HarnessCPU"],
             swiftSettings: cpuFlags
         ),
-    ] + emulation
+    ] + emulation + llamaTargets
 )
