@@ -77,7 +77,7 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 pytest: $(STAMP) sshd chromium $(TEST_RUNTIMES)
-	$(BIN)/pytest
+	$(HARNESS_ENV) $(BIN)/pytest
 
 # The SSH tests run against a real OpenSSH server on loopback: install Debian's when missing.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
@@ -93,7 +93,8 @@ chromium:
 # The harness's `llamacpp` engine links the llama.cpp that the llamacpp runtime environment built from
 # its pinned sdist (headers and libraries of that one build): Tools/llama-link.py links them into
 # ios_harness/.llama after checking the pin. CI installs the environment first; elsewhere, without it,
-# the harness builds without that engine. HARNESS_LLAMA tells Package.swift (set for every build below).
+# the harness builds without that engine. HARNESS_LLAMA tells Package.swift: set for every build below
+# and for pytest, whose orch runs build the harness too (the same graph, so nothing is rebuilt).
 LLAMA_DIR := $(abspath $(HARNESS))/.llama
 HARNESS_ENV = HARNESS_LLAMA=$$(test -f $(LLAMA_DIR)/pin.json && echo $(LLAMA_DIR) || echo 0)
 llama: $(STAMP) $(TEST_RUNTIMES)

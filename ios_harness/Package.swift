@@ -31,21 +31,25 @@ cFlags = [.unsafeFlags(["-march=\(targetCPU)", "-O3"], .when(platforms: [.linux]
 #endif
 
 /// llama.cpp, the `llamacpp` engine (HarnessLlama), where the build has it; everything else builds
-/// without it. Linux: `HARNESS_LLAMA` names a folder with `include/` (llama.h, gguf.h, ggml*.h)
-/// and `lib/` (libllama, libggml*) of one pinned llama.cpp build: `.llama` here, which `make llama`
-/// (Tools/llama-link.py) links from the llamacpp runtime environment's own build. Only the
-/// variable decides, never whether a folder exists: SwiftPM caches the evaluated manifest by its
-/// text and environment, so a folder appearing later would not be seen. Apple:
-/// `Vendor/llama.xcframework`, built from the same pinned source by its build-xcframework.sh
-/// (see docs/llamacpp-engine.md); `HARNESS_LLAMA=0` builds without it. Either way the C API is
-/// the module `llama`.
+/// without it. Linux: a folder with `include/` (llama.h, gguf.h, ggml*.h) and `lib/` (libllama,
+/// libggml*) of one pinned llama.cpp build: the one `HARNESS_LLAMA` names (`0`: none), else
+/// `.llama` here when `make llama` (Tools/llama-link.py) has linked it from the llamacpp runtime
+/// environment's own build. SwiftPM re-evaluates this file when its text or the environment
+/// changes, not when a folder appears: after `make llama`, a build from an unchanged shell may need
+/// `HARNESS_LLAMA` set (the Makefile always sets it). Apple: `Vendor/llama.xcframework`, built
+/// from the same pinned source by its build-xcframework.sh (see docs/llamacpp-engine.md);
+/// `HARNESS_LLAMA=0` builds without it. Either way the C API is the module `llama`.
 var llamaTargets: [Target] = []
 var llamaEngine: [Target.Dependency] = []
 /// The Clang include path of llama.h (Linux), and `HARNESS_LLAMA` defined for the code that lists
 /// the engine (`harness`'s Engines.swift), in every target that imports HarnessLlama.
 var llamaFlags: [SwiftSetting] = []
 #if os(Linux)
-if let dir = Context.environment["HARNESS_LLAMA"], !dir.isEmpty, dir != "0" {
+let linked = Context.packageDirectory + "/.llama"
+let llamaDir = Context.environment["HARNESS_LLAMA"]
+    ?? (FileManager.default.fileExists(atPath: linked + "/pin.json") ? linked : "0")
+if !llamaDir.isEmpty, llamaDir != "0" {
+    let dir = llamaDir
     llamaFlags = [.unsafeFlags(["-Xcc", "-I\(dir)/include"]), .define("HARNESS_LLAMA")]
     llamaTargets = [.systemLibrary(name: "llama", path: "Tools/llama")]
     llamaEngine = ["HarnessLlama"]

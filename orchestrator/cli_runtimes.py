@@ -27,7 +27,8 @@ runtimes_app = typer.Typer(no_args_is_help=True, add_completion=False, help=__do
 out = Console(width=None if Console().is_terminal else 160)
 err = Console(stderr=True, width=None if Console().is_terminal else 160)
 
-BUILTIN = {"rawloop-cpu": "the harness (make -C ios_harness / swift build)", "numpy": "built in (the reference)"}
+BUILTIN = {"rawloop-cpu": "the harness (make -C ios_harness / swift build)", "numpy": "built in (the reference)",
+           "harness-llamacpp": "the harness built with llama.cpp (make llama, then HARNESS_LLAMA=ios_harness/.llama)"}
 
 
 def _bad_input(message: str) -> NoReturn:

@@ -13,6 +13,7 @@ RUNTIMES: dict[str, str] = {
     "litert-lm": "Google LiteRT-LM",
     "mlx": "Apple MLX (mlx-lm)",
     "llamacpp": "llama.cpp",
+    "harness-llamacpp": "llama.cpp inside the harness (its llamacpp engine; build: make llama)",
     "ort-genai": "ONNX Runtime GenAI",
     "numpy": "the numpy reference decoder (correctness oracle)",
 }
