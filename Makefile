@@ -7,7 +7,7 @@ PIP_VERSION := $(shell sed -n 's/^pip==//p' constraints.txt)
 SWIFT ?= $(shell command -v swift 2>/dev/null || echo /opt/swift/usr/bin/swift)
 HARNESS := ios_harness
 
-.PHONY: llama demo demo-host demo-sim demo-twin demo-site runtimes test lint typecheck pytest swift sshd chromium bench bench-runtimes clean lock
+.PHONY: llama demo demo-host demo-sim demo-twin demo-site runtimes test lint typecheck pytest swift sshd chromium bench bench-runtimes bench-llamacpp-engine clean lock
 
 # constraints.txt pins every package the venv holds (pyproject.toml gives only ranges): every fresh
 # machine gets the same versions. Refresh it on purpose: make lock.
@@ -112,6 +112,10 @@ bench: $(STAMP)
 
 bench-runtimes: $(STAMP) runtimes
 	$(BIN)/python bench/bench_runtimes.py
+
+# llama.cpp in the harness vs out of process, beside the raw loop: one interleaved orch run.
+bench-llamacpp-engine: $(STAMP) runtimes llama
+	$(HARNESS_ENV) $(BIN)/python bench/bench_llamacpp_engine.py
 
 # Re-resolve the newest versions pyproject.toml allows, in a scratch venv, and pin them.
 lock:
