@@ -150,7 +150,7 @@ def host_runtimes() -> tuple[str, ...]:
 
 
 
-IPHONE_RUNTIMES = ("rawloop-metal", "rawloop-cpu")  # what the harness app itself runs
+IPHONE_RUNTIMES = ("rawloop-metal", "rawloop-cpu", "harness-llamacpp")  # what the harness app itself runs
 
 
 @dataclass(frozen=True)

@@ -30,15 +30,12 @@ from orchestrator.devices.base import (
 from orchestrator.devices.deploy import push_to_host, remote_sha256
 from orchestrator.devices.interference import CpuSample, read_cpu
 from orchestrator.devices.runners import CommandResult, LocalRunner, Runner, RunnerError
-from orchestrator.protocol import TrialResult, TrialSpec
+from orchestrator.protocol import TrialResult, TrialSpec, for_harness
 from orchestrator.runtimes.base import RuntimeContext, adapter_for
 from orchestrator.runtimes.envs import host_cache
 
 REPO_HARNESS = Path(__file__).resolve().parents[2] / "ios_harness"
 HARNESS_ENGINES = ("rawloop-cpu", "harness-llamacpp")
-# Runtimes whose harness engine has another name: llama.cpp inside the harness is its `llamacpp` engine,
-# while the runtime `llamacpp` is the out-of-process adapter.
-HARNESS_ENGINE_NAMES = {"harness-llamacpp": "llamacpp"}
 HARNESS_CACHES = ("page_cache", "compiled_kernels")  # what the harness's raw loops can clear (clearableCaches)
 BUILD_TIMEOUT_S = 1800.0
 PROBE_TIMEOUT_S = 600.0
@@ -271,8 +268,7 @@ class HostDevice(Device):
         spec_path, out_path = f"{base}/specs/{spec.trial_id}.json", f"{base}/results/{spec.trial_id}.json"
         with tempfile.TemporaryDirectory() as tmp:
             local_spec = Path(tmp) / "spec.json"
-            engine = HARNESS_ENGINE_NAMES.get(spec.engine, spec.engine)
-            local_spec.write_text(spec.model_copy(update={"engine": engine}).model_dump_json())
+            local_spec.write_text(for_harness(spec).model_dump_json())
             try:
                 await self.runner.put(local_spec, spec_path)
                 # one round trip: the results folder, and no stale result an earlier attempt left
