@@ -9,8 +9,9 @@ from typing import TextIO
 from orchestrator.config.fleet import Fleet
 from orchestrator.devices import open_device
 from orchestrator.devices.agent import AgentError, Pushed, Reply, Request
-from orchestrator.devices.base import Device, DeviceUnavailable
+from orchestrator.devices.base import Device
 from orchestrator.protocol import TrialResult
+from orchestrator.protocol.device import DeviceUnavailable
 
 
 def _send(stdout: TextIO, reply: Reply) -> None:

@@ -36,7 +36,7 @@ from orchestrator.config.loader import ConfigError, Problem, key_line, load_flee
 from orchestrator.config.plan import Plan
 from orchestrator.config.sim import SimDeviceConfig
 from orchestrator.devices import open_device
-from orchestrator.devices.base import Artifacts, DeviceInfo, DeviceUnavailable, Health, Telemetry
+from orchestrator.protocol.device import Artifacts, DeviceInfo, DeviceUnavailable, Health, Telemetry
 from orchestrator.results.journal import Journal
 from orchestrator.results.records import (
     EARLY_STOPS,

@@ -33,8 +33,8 @@ from pathlib import Path
 from orchestrator.config.fleet import Fleet, HostDeviceConfig, IphoneDeviceConfig
 from orchestrator.config.plan import Arm, Plan
 from orchestrator.config.sim import SimDeviceConfig
-from orchestrator.devices.base import ArtifactFile, Artifacts
 from orchestrator.protocol import HarnessTuningTable
+from orchestrator.protocol.device import ArtifactFile, Artifacts
 
 PLAIN_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]{0,127}$")
 _HASHED: dict[tuple[str, int, int], str] = {}  # (path, size, mtime_ns) -> sha256: each file hashed once per process

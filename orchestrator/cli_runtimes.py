@@ -17,9 +17,9 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from orchestrator.devices.runners import LocalRunner, Runner, RunnerError
 from orchestrator.report.console import gates_table
 from orchestrator.results.store import RunNotFound, find_run
+from orchestrator.runners import LocalRunner, Runner, RunnerError
 from orchestrator.runtimes import RUNTIMES
 from orchestrator.runtimes.envs import ENVS, InstallError, disk_used, install, installed_on, uninstall
 

@@ -18,8 +18,8 @@ from typer.testing import CliRunner
 from orchestrator.cli_runtimes import register
 from orchestrator.config import HostDeviceConfig
 from orchestrator.devices.host import HostDevice
-from orchestrator.devices.runners import LocalRunner
 from orchestrator.protocol import TrialSpec
+from orchestrator.runners import LocalRunner
 from orchestrator.runtimes import RUNTIMES, envs
 from orchestrator.runtimes.envs import InstallError, install, installed
 

@@ -10,9 +10,9 @@ import pytest
 from orchestrator.analysis.tokengate import TIE
 from orchestrator.config import Fleet, Plan
 from orchestrator.config.plan import Arm
-from orchestrator.devices.base import TrialFailure
 from orchestrator.models.maker import make_model
 from orchestrator.protocol import Generation, TrialResult
+from orchestrator.protocol.device import TrialFailure
 from orchestrator.results.records import Manifest, Settle, TrialRecord
 from orchestrator.runtimes.gating import Gater, reference_model, run_gates, tolerance
 from orchestrator.runtimes.prompt import prompt_ids

@@ -13,13 +13,14 @@ from sshd import Sshd
 from test_run import invoke, only_run, write_inputs
 
 from orchestrator.config import Fleet, Plan
-from orchestrator.devices.runners import LocalRunner
 from orchestrator.models.maker import make_model
 from orchestrator.protocol import TrialSpec
 from orchestrator.results import load_trials
 from orchestrator.results.store import RunDir
+from orchestrator.runners import LocalRunner
+from orchestrator.runners.cache import cache_root
 from orchestrator.runtimes.base import RuntimeContext
-from orchestrator.runtimes.envs import cache_root, installed
+from orchestrator.runtimes.envs import installed
 from orchestrator.runtimes.litert_lm import ADAPTER as LITERT
 from orchestrator.runtimes.ort_genai import ADAPTER as ORT
 

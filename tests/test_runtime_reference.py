@@ -13,9 +13,9 @@ import pytest
 from orchestrator.analysis.tokengate import margins
 from orchestrator.config import HostDeviceConfig
 from orchestrator.devices.host import HostDevice
-from orchestrator.devices.runners import LocalRunner
 from orchestrator.models.maker import make_model
 from orchestrator.protocol import TrialResult, TrialSpec
+from orchestrator.runners import LocalRunner
 from orchestrator.runtimes.prompt import prompt_ids, spec_prompt
 from orchestrator.runtimes.reference import Weights, greedy, score
 

@@ -8,9 +8,10 @@ import sys
 from orchestrator.clock import Clock, SystemClock, VirtualClock
 from orchestrator.config.fleet import Fleet, HostDeviceConfig, SshHost
 from orchestrator.config.sim import SimDeviceConfig
-from orchestrator.devices.base import (
+from orchestrator.devices.base import Device
+from orchestrator.devices.fake import FakeDevice
+from orchestrator.protocol.device import (
     Artifacts,
-    Device,
     DeviceInfo,
     DeviceUnavailable,
     PrepareReport,
@@ -18,9 +19,8 @@ from orchestrator.devices.base import (
     TrialFailure,
     result_or_failure,
 )
-from orchestrator.devices.fake import FakeDevice
-from orchestrator.devices.runners import LocalRunner, Runner
-from orchestrator.devices.ssh import SshRunner
+from orchestrator.runners import LocalRunner, Runner
+from orchestrator.runners.ssh import SshRunner
 
 __all__ = [
     "Artifacts",

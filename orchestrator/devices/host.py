@@ -13,10 +13,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from orchestrator.config.fleet import HostDeviceConfig
-from orchestrator.devices.base import (
+from orchestrator.devices.base import Device
+from orchestrator.devices.interference import CpuSample, read_cpu
+from orchestrator.protocol import TrialResult, TrialSpec
+from orchestrator.protocol.device import (
     ArtifactFile,
     Artifacts,
-    Device,
     DeviceInfo,
     DeviceUnavailable,
     Placed,
@@ -27,12 +29,10 @@ from orchestrator.devices.base import (
     TrialFailure,
     result_or_failure,
 )
-from orchestrator.devices.deploy import push_to_host, remote_sha256
-from orchestrator.devices.interference import CpuSample, read_cpu
-from orchestrator.devices.runners import CommandResult, LocalRunner, Runner, RunnerError
-from orchestrator.protocol import TrialResult, TrialSpec
+from orchestrator.runners import CommandResult, LocalRunner, Runner, RunnerError
+from orchestrator.runners.cache import host_cache
+from orchestrator.runners.deploy import push_to_host, remote_sha256
 from orchestrator.runtimes.base import RuntimeContext, adapter_for
-from orchestrator.runtimes.envs import host_cache
 
 REPO_HARNESS = Path(__file__).resolve().parents[2] / "ios_harness"
 HARNESS_ENGINES = ("rawloop-cpu",)

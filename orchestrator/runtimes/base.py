@@ -11,9 +11,9 @@ from __future__ import annotations
 import abc
 from dataclasses import dataclass
 
-from orchestrator.devices.base import TrialFailure
-from orchestrator.devices.runners import Runner
 from orchestrator.protocol import TrialResult, TrialSpec
+from orchestrator.protocol.device import TrialFailure
+from orchestrator.runners import Runner
 
 
 @dataclass(frozen=True)

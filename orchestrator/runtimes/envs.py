@@ -19,7 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from orchestrator.devices.runners import LocalRunner, Runner
+from orchestrator.runners import Runner
+from orchestrator.runners.cache import cache_root, host_cache
 
 
 @dataclass(frozen=True)
@@ -69,21 +70,8 @@ ENVS: dict[str, EnvSpec] = {
 }
 
 
-def cache_root() -> Path:
-    root = os.environ.get("ORCH_CACHE")
-    return Path(root) if root else Path.home() / ".cache" / "orch"
-
-
 def env_dir(name: str, root: Path | None = None) -> Path:
     return (root or cache_root()) / "runtimes" / name
-
-
-async def host_cache(runner: Runner) -> str:
-    """Where a host keeps orch's caches (runtimes, converted models), as that host sees it: this
-    machine's `cache_root()`, or an SSH host's `cache` folder."""
-    if isinstance(runner, LocalRunner):
-        return str(cache_root())
-    return await runner.expand(runner.cache)
 
 
 async def host_env_dir(runner: Runner, name: str) -> str:
@@ -230,5 +218,5 @@ async def uninstall(runner: Runner, name: str) -> int:
     return freed
 
 
-__all__ = ["ENVS", "EnvSpec", "InstallError", "Installed", "PipProgress", "cache_root", "disk_used", "env_dir",
-           "host_cache", "host_env_dir", "host_env_python", "install", "installed", "installed_on", "uninstall"]
+__all__ = ["ENVS", "EnvSpec", "InstallError", "Installed", "PipProgress", "disk_used", "env_dir",
+           "host_env_dir", "host_env_python", "install", "installed", "installed_on", "uninstall"]

@@ -13,8 +13,8 @@ import posixpath
 from collections.abc import Mapping
 from typing import Any
 
-from orchestrator.devices.runners import LocalRunner
 from orchestrator.protocol import TrialSpec
+from orchestrator.runners import LocalRunner
 from orchestrator.runtimes.base import RuntimeContext, register
 from orchestrator.runtimes.process import Artifact, ArtifactError, DriverAdapter
 from orchestrator.runtimes.source import gguf_bytes_per_token, quant_class, source_dir, vocab_size

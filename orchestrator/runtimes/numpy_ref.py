@@ -11,9 +11,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from orchestrator.devices.base import TrialFailure, result_or_failure
-from orchestrator.devices.runners import LocalRunner, RunnerError
 from orchestrator.protocol import TrialResult, TrialSpec
+from orchestrator.protocol.device import TrialFailure, result_or_failure
+from orchestrator.runners import LocalRunner, RunnerError
 from orchestrator.runtimes.base import RuntimeAdapter, RuntimeContext, register
 from orchestrator.runtimes.process import parse_output, tail
 

@@ -7,11 +7,12 @@ from __future__ import annotations
 import time
 
 from orchestrator.config.plan import Plan
-from orchestrator.devices.base import DeviceUnavailable
-from orchestrator.devices.runners import LocalRunner, Runner, RunnerError
 from orchestrator.protocol import TrialSpec
+from orchestrator.protocol.device import DeviceUnavailable
+from orchestrator.runners import LocalRunner, Runner, RunnerError
+from orchestrator.runners.cache import host_cache
 from orchestrator.runtimes.base import RuntimeContext, adapter_for
-from orchestrator.runtimes.envs import host_cache, installed_on
+from orchestrator.runtimes.envs import installed_on
 from orchestrator.runtimes.process import ArtifactError, DriverAdapter
 
 
@@ -62,7 +63,7 @@ async def _model_on(runner: Runner, plan: Plan) -> str:
     if plan.model_location == "device" or isinstance(runner, LocalRunner):
         return await runner.expand(plan.model)
     from orchestrator.artifacts import host_files, model_file
-    from orchestrator.devices.deploy import push_to_host
+    from orchestrator.runners.deploy import push_to_host
 
     if not model_file(plan).is_file():
         raise FileNotFoundError(f"no model file {model_file(plan)} on this machine (model_location: controller)")

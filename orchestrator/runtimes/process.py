@@ -21,9 +21,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from orchestrator.devices.base import TrialFailure
-from orchestrator.devices.runners import CommandResult, RunnerError
 from orchestrator.protocol import Generation, TrialResult, TrialSpec
+from orchestrator.protocol.device import TrialFailure
+from orchestrator.runners import CommandResult, RunnerError
 from orchestrator.runtimes.base import RuntimeAdapter, RuntimeContext
 from orchestrator.runtimes.envs import host_env_python
 
