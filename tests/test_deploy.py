@@ -21,7 +21,6 @@ from test_fake_contract import good
 from test_run import invoke, only_run, write_inputs
 
 from orchestrator import app as core
-from orchestrator.artifacts import host_files, sha256_file
 from orchestrator.clock import VirtualClock
 from orchestrator.config import Fleet, Plan
 from orchestrator.devices import FakeDevice, open_device
@@ -34,6 +33,7 @@ from orchestrator.results.records import PreparedRecord, SessionStopped, TrialRe
 from orchestrator.runners import LocalRunner, deploy
 from orchestrator.runners.deploy import check_room, parse_df, push_to_host
 from orchestrator.runners.ssh import SshRunner
+from orchestrator.runtimes.artifacts import host_files, sha256_file
 from orchestrator.schedule import SessionState, run_sessions
 
 ARMS = [{"name": "raw", "runtime": "rawloop-cpu", "threads": 1},

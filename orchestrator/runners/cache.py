@@ -1,8 +1,10 @@
-"""Where orch keeps its files on a host: this machine's cache folder, or an SSH host's `cache`."""
+"""Where orch works on a host: its cache folder (this machine's, or an SSH host's `cache`), and the
+context a runtime adapter launches in."""
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.runners import LocalRunner, Runner
@@ -20,3 +22,12 @@ async def host_cache(runner: Runner) -> str:
     if isinstance(runner, LocalRunner):
         return str(cache_root())
     return await runner.expand(runner.cache)
+
+
+@dataclass(frozen=True)
+class RuntimeContext:
+    """Where an adapter works: the host's runner, a work directory on that host (absolute), the device."""
+
+    runner: Runner
+    workdir: str
+    device_id: str
