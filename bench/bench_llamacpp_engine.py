@@ -31,11 +31,12 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from orchestrator.analysis.gating import gates_of  # noqa: E402
 from orchestrator.models.maker import default_cache_dir, make_model  # noqa: E402
 from orchestrator.results import load_trials  # noqa: E402
 from orchestrator.results.store import RunDir  # noqa: E402
 from orchestrator.runtimes.envs import installed  # noqa: E402
-from orchestrator.runtimes.gating import gates_of  # noqa: E402
+from orchestrator.runtimes.gater import Gater  # noqa: E402
 
 OUT = ROOT / "bench" / "results"
 ORCH = str(ROOT / ".venv" / "bin" / "orch")
@@ -82,7 +83,7 @@ def measure(model: Path, blocks: int, threads: int, chunk: int, max_load: float,
                    check=True, env=env)
     run = RunDir(next(p for p in results.iterdir() if p.is_dir()))
     trials = load_trials(run.path)
-    gates = gates_of(run).set_index("arm")
+    gates = gates_of(run, Gater()).set_index("arm")  # computed by the run itself
     rows = []
     for arm, (rt, label) in ARMS.items():
         t = trials[trials["arm"] == arm]

@@ -6,7 +6,7 @@ environment built, for the harness's `llamacpp` engine (HarnessLlama) to compile
 The environment (`orch runtimes install llamacpp`) builds llama-cpp-python from its pinned PyPI sdist;
 that build installs llama.cpp's public headers (site-packages/include) beside the libraries the binding
 loads (site-packages/llama_cpp/lib): one build, so the headers are exactly the libraries' version. This
-script checks the environment's stamp names the version orch pins (orchestrator/runtimes/envs.py), that
+script checks the environment's stamp names the version orch pins (orchestrator/runtimes/catalog.py), that
 the headers and libraries are there, and links them into OUT (include/ of header links, lib -> the
 binding's lib folder, so the harness loads the very libllama the out-of-process adapter loads). It
 writes OUT/pin.json last (Package.swift builds the engine only when it is there). Exit 0 linked;
@@ -25,7 +25,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1]))  # the repository, for the pin
 
-from orchestrator.runtimes.envs import ENVS, env_dir  # noqa: E402
+from orchestrator.runtimes.catalog import get  # noqa: E402
+from orchestrator.runtimes.envs import env_dir  # noqa: E402
 
 HEADERS = ("llama.h", "gguf.h")  # what Tools/llama/llama-linux.h includes (they include the ggml*.h)
 LIBS = ("libllama.so", "libggml-base.so", "libggml.so")
@@ -36,7 +37,9 @@ def main() -> int:
     ap.add_argument("--env", type=Path, default=env_dir("llamacpp"), help="the llamacpp runtime environment")
     ap.add_argument("--out", type=Path, default=HERE.parent / ".llama", help="the folder to make")
     args = ap.parse_args()
-    pin = next(p for p in ENVS["llamacpp"].packages if p.startswith("llama-cpp-python=="))
+    entry = get("llamacpp")
+    assert entry is not None and entry.env is not None, "the runtime catalog has no llamacpp environment"
+    pin = next(p for p in entry.env.packages if p.startswith("llama-cpp-python=="))
     package, version = pin.split("==")
     stamp = args.env / "installed.json"
     if not stamp.is_file():

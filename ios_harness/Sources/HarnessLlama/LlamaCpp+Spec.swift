@@ -5,9 +5,10 @@ extension LlamaCpp {
     /// default the spec's chunk width, as orch's out-of-process adapter does), `repack` (llama.cpp's
     /// CPU weight repack, default false as in that adapter).
     public static let tuningKeys: Set<String> = ["threads", "n_batch", "repack"]
-    /// `page_cache`: the model file's pages are dropped before the load (Linux). llama.cpp keeps
-    /// no compiled kernels on disk on the CPU, so there is nothing else to clear.
-    public static let clearableCaches: Set<String> = ["page_cache"]
+    /// The raw loops' set, with the same meaning: `page_cache`, the model file's pages are dropped
+    /// before the load (Linux); `compiled_kernels`, always cold: llama.cpp keeps no compiled kernels
+    /// on disk (its Metal library is compiled in the process, when the context is made).
+    public static let clearableCaches: Set<String> = ["page_cache", "compiled_kernels"]
 
     /// Builds the engine for a spec: threads from the spec, else tuning `threads`, else
     /// `ComputeThreads.defaultCount()` (the raw loop's rule, so the same spec compares the two on

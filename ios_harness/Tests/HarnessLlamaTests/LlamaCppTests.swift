@@ -57,10 +57,10 @@ import HarnessModel
 
     @Test func resultIsStampedByTheTrialRunner() throws {
         let path = Self.path("t1", "Q8_0")
-        let r = try run(Self.spec(path, decode: 10, warm: 1, clear: ["page_cache"]))
+        let r = try run(Self.spec(path, decode: 10, warm: 1, clear: ["page_cache", "compiled_kernels"]))
         #expect(r.status == .ok && r.engine == "llamacpp" && r.threads == 1, "\(String(describing: r.error))")
         #expect(r.engineVersion.hasPrefix("llamacpp 1 (llama.cpp ") && r.engineVersion.contains("ggml "), "\(r.engineVersion)")
-        #expect(r.coldCaches == ["page_cache"])
+        #expect(r.coldCaches == ["compiled_kernels", "page_cache"])
         let g = try #require(r.trial1)
         #expect(g.tokenIds.count == 10 && g.tokenTimesNs.count == 10)
         #expect(g.ttftNs == g.prefillNs && g.tokenTimesNs[0] == g.prefillNs)
@@ -104,7 +104,7 @@ import HarnessModel
         #expect(try kind(Self.spec(path, tuning: ["kernels": .string("avx2")])) == .badTuning)
         #expect(try kind(Self.spec(path, tuning: ["n_batch": .int(0)])) == .badTuning)
         #expect(try kind(Self.spec(path, tuning: ["repack": .int(1)])) == .badTuning)
-        #expect(try kind(Self.spec(path, clear: ["compiled_kernels"])) == .badSpec)
+        #expect(try kind(Self.spec(path, clear: ["kv_cache"])) == .badSpec)
         // The runner's checks apply as to every engine: a context the model cannot hold.
         #expect(try kind(Self.spec(path, prompt: 100, decode: 40)) == .contextOverflow)
     }
