@@ -34,7 +34,8 @@ sys.path.insert(0, str(ROOT))
 from orchestrator.analysis.gating import gates_of  # noqa: E402
 from orchestrator.models.maker import default_cache_dir, make_model  # noqa: E402
 from orchestrator.results import load_trials  # noqa: E402
-from orchestrator.results.store import RunDir  # noqa: E402
+from orchestrator.results.records import AttemptSpoiled  # noqa: E402
+from orchestrator.results.store import RunDir, usable  # noqa: E402
 from orchestrator.runtimes.envs import installed  # noqa: E402
 from orchestrator.runtimes.gater import Gater  # noqa: E402
 
@@ -46,7 +47,7 @@ ARMS = {"raw": ("rawloop-cpu", "raw loop (harness, CPU)"),
         "oop": ("llamacpp", "llama.cpp out of process (adapter)")}
 
 
-def plan_yaml(model: Path, blocks: int, threads: int, chunk: int, max_load: float) -> str:
+def plan_yaml(model: Path, blocks: int, threads: int, chunk: int, max_load: float, max_other: float) -> str:
     arms = [f"  - {{name: {arm}, runtime: {rt}, threads: {threads}}}" for arm, (rt, _) in ARMS.items()]
     return "\n".join([
         "name: bench-llamacpp-engine", f"model: {model}", "devices: [this-cpu]", "arms:", *arms,
@@ -54,6 +55,7 @@ def plan_yaml(model: Path, blocks: int, threads: int, chunk: int, max_load: floa
         f"trial: {{prompt_tokens: 32, decode_tokens: 128, chunk_width: {chunk}, timeout_s: 600}}",
         f"blocks: {blocks}",
         f"settle: {{min_gap_s: 3, flat_window_s: 0, max_load_1m: {max_load}, poll_s: 2, timeout_s: 1200}}",
+        f"interference: {{max_other_cpu_share: {max_other}, quiet_wait_s: 10}}",
         "seed: 2026",
     ]) + "\n"
 
@@ -72,11 +74,12 @@ def spread(values: Any) -> tuple[float | None, float | None]:
     return q[0], q[2]
 
 
-def measure(model: Path, blocks: int, threads: int, chunk: int, max_load: float, work: Path) -> dict[str, Any]:
+def measure(model: Path, blocks: int, threads: int, chunk: int, max_load: float, max_other: float,
+            work: Path) -> dict[str, Any]:
     fleet = work / "fleet.yaml"
     fleet.write_text("name: bench\ndevices:\n  - {id: this-cpu, kind: host, chip_class: x86_64}\n")
     plan = work / "plan.yaml"
-    plan.write_text(plan_yaml(model, blocks, threads, chunk, max_load))
+    plan.write_text(plan_yaml(model, blocks, threads, chunk, max_load, max_other))
     results = work / "results"
     env = {**os.environ, "HARNESS_LLAMA": str(LLAMA)}  # orch builds the harness: with the llamacpp engine
     subprocess.run([ORCH, "run", "--fleet", str(fleet), "--plan", str(plan), "--results", str(results)],
@@ -87,7 +90,7 @@ def measure(model: Path, blocks: int, threads: int, chunk: int, max_load: float,
     rows = []
     for arm, (rt, label) in ARMS.items():
         t = trials[trials["arm"] == arm]
-        ok = t[t["status"] == "ok"]
+        ok = usable(t)  # what the verdicts use: finished and not excluded (interference, throttling)
         q1, q3 = spread(ok["decode_tok_s"])
         rows.append({
             "arm": arm, "runtime": rt, "label": label, "trials": len(t), "ok": len(ok),
@@ -100,10 +103,11 @@ def measure(model: Path, blocks: int, threads: int, chunk: int, max_load: float,
             "gate_prefill": gates.loc[arm, "prefill"] if arm in gates.index else None,
             "gate_decode": gates.loc[arm, "decode"] if arm in gates.index else None,
         })
+    spoiled = sum(1 for r in run.records() if isinstance(r, AttemptSpoiled))
     verdicts = pd.read_csv(run.verdicts_path)
     pair = verdicts[((verdicts["baseline"] == "oop") & (verdicts["candidate"] == "inh"))
                     | ((verdicts["baseline"] == "inh") & (verdicts["candidate"] == "oop"))]
-    return {"run_id": run.run_id, "rows": rows, "verdicts": verdicts.to_dict(orient="records"),
+    return {"run_id": run.run_id, "rows": rows, "spoiled": spoiled, "verdicts": verdicts.to_dict(orient="records"),
             "llama_pair": pair.to_dict(orient="records")}
 
 
@@ -120,9 +124,11 @@ def write(res: dict[str, Any], meta: dict[str, Any]) -> None:
         f"{meta['cores']} cores, {meta['date']}: m110 Q8_0 (llama, 12 layers, dim 768, vocab 32000, random "
         f"weights), 32-token prompt, 128 greedy tokens, {meta['threads']} threads, prefill chunk "
         f"{meta['chunk']}, Williams order, {meta['blocks']} blocks, a fresh process per trial, settled on a 3 s "
-        f"gap and 1-minute load < {meta['max_load']}. Both llama.cpp arms load the same libllama file (the llamacpp environment's "
+        f"gap and 1-minute load < {meta['max_load']}; an attempt during which other processes took more than "
+        f"{meta['max_other']:.0%} of the CPU was spoiled and run again ({res['spoiled']} spoiled attempts; a trial "
+        "still over on its last attempt is kept but excluded, as from the verdicts). Both llama.cpp arms load the same libllama file (the llamacpp environment's "
         f"llama-cpp-python {meta['llama_pin']} build). Medians over the ok trials; q1-q3 is the decode tok/s "
-        "interquartile range within this run. Token gates against the numpy reference decoder (prefill = "
+        "interquartile range within this run; ok = trials used / trials run. Token gates against the numpy reference decoder (prefill = "
         "token 0, decode = later tokens teacher-forced on the arm's own prefix).", "",
         "| arm | runtime | ok | decode tok/s (q1-q3) | prefill tok/s | TTFT ms | MB/token | eff. GB/s "
         "| gate prefill | gate decode | version |",
@@ -155,6 +161,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--chunk", type=int, default=32)
     ap.add_argument("--max-load", type=float, default=2.5, help="the settle gate's 1-minute load ceiling")
+    ap.add_argument("--max-other-cpu", type=float, default=0.10,
+                    help="the interference limit: other processes' share of the CPU during a trial")
     args = ap.parse_args()
     if installed("llamacpp") is None or not (LLAMA / "pin.json").is_file():
         sys.exit("needs the llamacpp environment and the harness's link to it: make llama")
@@ -162,12 +170,14 @@ def main() -> None:
     if not (model_dir / "model-Q8_0.gguf").is_file():
         make_model("llama", "m110", 0, model_dir, formats=("Q8_0", "Q4_0"))
     with tempfile.TemporaryDirectory() as tmp:
-        res = measure(model_dir / "model-Q8_0.gguf", args.blocks, args.threads, args.chunk, args.max_load, Path(tmp))
+        res = measure(model_dir / "model-Q8_0.gguf", args.blocks, args.threads, args.chunk, args.max_load,
+                      args.max_other_cpu, Path(tmp))
     cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
                 if ln.startswith("model name")), platform.processor())
     pin = json.loads((LLAMA / "pin.json").read_text())
     meta = {"cpu": cpu, "cores": os.cpu_count(), "date": datetime.now(UTC).strftime("%Y-%m-%d"),
             "threads": args.threads, "blocks": args.blocks, "chunk": args.chunk, "max_load": args.max_load,
+            "max_other": args.max_other_cpu,
             "llama_pin": pin["version"]}
     write(res, meta)
     print((OUT / "llamacpp_engine.md").read_text())

@@ -94,13 +94,13 @@ public final class LlamaCpp: Engine {
                 start += n
             }
         }
-        return greedy()
+        return try greedy()
     }
 
     public func decode(_ token: Int32) throws -> Int32 {
         var t = token
         try run(&t, 1, at: nil)
-        return greedy()
+        return try greedy()
     }
 
     /// One `llama_decode` of `n` tokens; its return codes as typed errors.
@@ -121,8 +121,10 @@ public final class LlamaCpp: Engine {
     }
 
     /// Argmax of the last token's logits; the first index on ties.
-    private func greedy() -> Int32 {
-        let logits = llama_get_logits_ith(context, -1)!
+    private func greedy() throws -> Int32 {
+        guard let logits = llama_get_logits_ith(context, -1) else {
+            throw HarnessError(.engineFailure, "llama.cpp has no logits for the last token: \(LlamaLog.recent())")
+        }
         var best = 0
         var top = logits[0]
         for i in 1..<vocabSize where logits[i] > top {
