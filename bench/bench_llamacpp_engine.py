@@ -122,7 +122,7 @@ def write(res: dict[str, Any], meta: dict[str, Any]) -> None:
         "# llama.cpp in the harness vs out of process, beside the raw loop (this host)", "",
         f"One interleaved `orch run` (bench/bench_llamacpp_engine.py, run `{res['run_id']}`) on {meta['cpu']}, "
         f"{meta['cores']} cores, {meta['date']}: m110 Q8_0 (llama, 12 layers, dim 768, vocab 32000, random "
-        f"weights), 32-token prompt, 128 greedy tokens, {meta['threads']} threads, prefill chunk "
+        f"weights), 32-token prompt, 128 greedy tokens, {meta['threads']} thread(s) per arm, prefill chunk "
         f"{meta['chunk']}, Williams order, {meta['blocks']} blocks, a fresh process per trial, settled on a 3 s "
         f"gap and 1-minute load < {meta['max_load']}; an attempt during which other processes took more than "
         f"{meta['max_other']:.0%} of the CPU was spoiled and run again ({res['spoiled']} spoiled attempts; a trial "
