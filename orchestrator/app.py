@@ -237,7 +237,7 @@ def start_run(manifest: Manifest, results: Path) -> RunDir:
     return create_run(results, manifest)
 
 
-async def execute(run: RunDir, *, observe: Observer = lambda d, r: None) -> RunOutcome:
+async def execute(run: RunDir, *, observe: Observer = lambda d, r: None, accept_change: bool = False) -> RunOutcome:
     """Run (or resume) every session that has not ended; then derive trials.parquet and verdicts.csv.
     Holds the run's lock throughout (RunLocked if another process writes it); a journal that cannot
     be written (JournalWriteError) stops every session at once, the journal whole up to that point."""
@@ -254,7 +254,7 @@ async def execute(run: RunDir, *, observe: Observer = lambda d, r: None) -> RunO
             await run_sessions(
                 manifest, journal,
                 lambda d: open_device(manifest.fleet, d, stream=stream, launchers=catalog.adapter_for), states,
-                observe=observe, artifacts=artifacts, records=records,
+                observe=observe, artifacts=artifacts, records=records, accept_change=accept_change,
             )
             status = "completed" if all_ran(stop_reasons(manifest, run.records())) else "incomplete"
             journal.append(RunFinished(status=status, wall=datetime.now(UTC).timestamp()))

@@ -97,22 +97,26 @@ def run(
     results: Results = Path("results"),
     resume: Annotated[str | None, typer.Option(help="Continue a killed run by its id")] = None,
     seed: Annotated[int | None, typer.Option(min=MIN_SEED, max=MAX_SEED, help="Override the plan's seed")] = None,
+    accept_device_change: Annotated[bool, typer.Option(
+        help="With --resume: continue on devices that now say they are another model, chip, OS or harness")] = False,
 ) -> None:
     """Run a plan on a fleet: settled, fresh, interleaved trials; verdicts by the plan's rule."""
     if resume is not None:
         if fleet or plan:
             _bad_input("--resume takes the fleet and plan from the run's manifest: drop --fleet/--plan")
         run_dir = find_run(results, resume)
+    elif accept_device_change:
+        _bad_input("--accept-device-change goes with --resume RUN_ID")
     else:
         if fleet is None or plan is None:
             _bad_input("orch run needs --fleet FILE and --plan FILE (or --resume RUN_ID)")
         fleet_cfg, plan_cfg = core.load_inputs(fleet, plan)
         run_dir = core.start_run(core.new_manifest(fleet_cfg, plan_cfg, fleet, plan, seed), results)
     out.print(f"run {run_dir.run_id}  (resume with: orch run --resume {run_dir.run_id} --results {results})")
-    _execute(run_dir, results)
+    _execute(run_dir, results, accept_device_change)
 
 
-def _execute(run_dir: RunDir, results: Path) -> None:
+def _execute(run_dir: RunDir, results: Path, accept_change: bool = False) -> None:
     manifest = run_dir.manifest()
     done: dict[str, int] = {}
     for rec in run_dir.records():
@@ -121,7 +125,7 @@ def _execute(run_dir: RunDir, results: Path) -> None:
     again = f"orch run --resume {run_dir.run_id} --results {results}"
     try:
         with LiveProgress(out, manifest, done) as live:
-            outcome = asyncio.run(core.execute(run_dir, observe=live.observe))
+            outcome = asyncio.run(core.execute(run_dir, observe=live.observe, accept_change=accept_change))
     except KeyboardInterrupt:
         _fail(f"interrupted: the journal is intact. Resume with: {again}", 130)
     except JournalWriteError as exc:

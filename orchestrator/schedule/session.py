@@ -55,6 +55,7 @@ class SessionState:
     looks_done: int = 0
     probed: bool = False
     used_s: float = 0.0  # device time spent so far: prepare, settle waits, launches (all attempts)
+    prepared: PreparedRecord | None = None  # what the device was at the session's last (re)start
 
 
 @dataclass
@@ -72,6 +73,7 @@ class Session:
     model: str | None = None  # the model as this device's programs name it, once prepare has placed it
     tuning: dict[str, str] = field(default_factory=dict)  # arm -> its tuning table as the device names it
     pool: ClassPool | None = None  # the class this device answers with (pool_by), when pooled
+    accept_change: bool = False  # resume on a device that now says it is another model, chip, OS or harness
 
     async def run(self) -> StopReason:
         try:
@@ -104,10 +106,17 @@ class Session:
         self.tuning = {arm: path for arm, name in self.artifacts.tuning.items() if (path := report.path_of(name))}
         if missing := sorted(set(self.artifacts.tuning) - set(self.tuning)):
             return "prepare_failed", f"{self.schedule.device}: prepare did not place the tuning tables of {missing}"
+        was = self.state.prepared
+        if was is not None and (changes := was.changes(info, report.installed)) and not self.accept_change:
+            return "device_changed", (f"{self.schedule.device} is not what its earlier trials ran on "
+                                      f"({', '.join(changes)}): resume with --accept-device-change to mix "
+                                      f"them, or start a new run")
         sha = next((f.sha256 for f in self.artifacts.files if f.name == wanted), None)
-        self._emit(PreparedRecord(device=self.schedule.device, installed=report.installed, skipped=report.skipped,
-                                  files=report.files, model=self.model, model_sha256=sha, tuning=self.tuning,
-                                  chip_class=info.chip_class, seconds=prepared_s, wall=self.clock.wall()))
+        self.state.prepared = PreparedRecord(
+            device=self.schedule.device, installed=report.installed, skipped=report.skipped, files=report.files,
+            model=self.model, model_sha256=sha, tuning=self.tuning, info=info, seconds=prepared_s,
+            wall=self.clock.wall())
+        self._emit(self.state.prepared)
         if self.plan.probe and not self.state.probed:
             await self._probe()
         gate = SettleGate(self.plan.settle, self.clock, lambda why: self.observe(self.schedule.device,
