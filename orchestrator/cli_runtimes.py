@@ -219,9 +219,9 @@ def prepare_cmd(
 
     async def each(runner: Runner) -> bool:
         ok = True
-        for arm, outcome in await prepare_plan(cfg, runner):
-            ok &= not outcome.startswith("failed")
-            out.print(f"{arm}: {outcome}", markup=False, highlight=False)
+        for arm, message, failed in await prepare_plan(cfg, runner):
+            ok &= not failed
+            out.print(f"{arm}: {message}", markup=False, highlight=False)
         return ok
 
     raise typer.Exit(1 if asyncio.run(_on_hosts(_runners(fleet, host), each)) else 0)

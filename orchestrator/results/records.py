@@ -8,7 +8,8 @@ Schema history:
   `excluded` (why its number is kept out of verdicts, the audit and rank); `attempt_spoiled` records
   (an attempt whose number could not be trusted, retried); a `prepared` record's `info` (the device's
   model, chip, OS and harness version as it said at the session's (re)start: `chip_class` is then left
-  empty, read from `info`; a resume on a device that says otherwise is refused unless accepted).
+  empty, read from `info`; a resume on a device that says otherwise is refused unless accepted); a
+  `settle`'s `unavailable` (its last poll could not reach the device).
 """
 
 from __future__ import annotations
@@ -82,6 +83,7 @@ class Settle(_Rec):
     baseline_c: float | None
     before: Telemetry | None
     blocking: list[str] = Field(default_factory=list, description="What still held the gate at the last poll")
+    unavailable: bool = Field(default=False, description="The last poll could not reach the device at all")
     throttle: ThrottleCheck | None = Field(default=None, description="The throttle probe, where the plan runs one")
     quiet: Interference | None = Field(default=None, description="Other processes' CPU in the second before the "
                                        "launch, where the plan waits for quiet (interference.quiet_wait_s)")

@@ -160,9 +160,8 @@ class Session:
             attempt += 1
             settle = await gate.wait(self.device)
             if not settle.settled:
-                unavailable = any(b.startswith("device unavailable") for b in settle.blocking)
                 self.observe(self.schedule.device, settle)
-                return "device_unavailable" if unavailable else "settle_timeout"
+                return "device_unavailable" if settle.unavailable else "settle_timeout"
             cpu_before = await self._cpu()
             t0, wall = self.clock.now(), self.clock.wall()
             try:
@@ -251,14 +250,8 @@ class Session:
         self.observe(self.schedule.device, PushProgress(name=name, sent=sent, total=total))
 
     def _spec(self, trial: ScheduledTrial) -> TrialSpec:
-        arm, t = self.plan.arm(trial.arm), self.plan.trial
-        return TrialSpec(
-            run_id=self.run_id, trial_id=trial.trial_id, engine=arm.runtime, model=self.model or self.plan.model,
-            prompt_tokens=t.prompt_tokens, decode_tokens=t.decode_tokens, chunk_width=t.chunk_width,
-            warm_repetitions=t.warm_repetitions, seed=self.plan.seed, threads=arm.threads, build=arm.build,
-            tuning=dict(arm.engine), clear_caches=list(t.clear_caches),
-            tuning_table=self.tuning.get(arm.name, arm.tuning_table),  # a sim: the plan's path, as a label
-        )
+        return self.plan.spec_for(trial.arm, run_id=self.run_id, trial_id=trial.trial_id, model=self.model,
+                                  tuning_table=self.tuning.get(trial.arm))
 
     def _budget_spent(self) -> str | None:
         """Why no further trial starts: the plan's device-time budget is used up (None while it is not)."""
