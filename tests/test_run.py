@@ -247,6 +247,8 @@ def test_show_prints_token_gates_beside_the_verdicts(tmp_path: Path) -> None:
     (run.path / "token_gates.csv").write_text(
         "device,arm,runtime,quant_class,trials,distinct_sequences,prefill,decode,first_divergence,worst_margin,"
         "tie,error\na,cand,rawloop-metal,Q8_0,12,1,bit-exact,quality-class,7,0.21,0.5,\n")
+    stamp = json.loads(run.stamp_path.read_text())  # as a derive of real trials would have listed it
+    run.stamp_path.write_text(json.dumps({**stamp, "tables": [*stamp["tables"], "token_gates.csv"]}))
     code, out = invoke("show", run.run_id, "--results", str(tmp_path / "r"))
     assert code == 0 and "Token gates" in out and "quality-class" in out
     assert out.index("Verdicts") < out.index("Token gates")

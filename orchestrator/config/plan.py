@@ -304,6 +304,11 @@ class Plan(Strict):
     def arm(self, name: str) -> Arm:
         return next(a for a in self.arms if a.name == name)
 
+    def pairs(self) -> list[tuple[str, str]]:
+        """Every (baseline, candidate) pair of arms the rule compares: each arm against every later one."""
+        names = [a.name for a in self.arms]
+        return [(base, cand) for i, base in enumerate(names) for cand in names[i + 1:]]
+
     def spec_for(self, arm_name: str, *, run_id: str, trial_id: str, model: str | None = None,
                  tuning_table: str | None = None) -> TrialSpec:
         """The one way a trial spec is made from the plan: `model` and `tuning_table` as the device names
