@@ -239,7 +239,8 @@ def nightly_cmd(
     Exit codes: 0 no alarm; 1 alarm; 2 bad input (nothing run or written); 130 interrupted (resume it);
     3 the night failed: one line says why; junit.xml and summary.md say it did not finish (resume it).
     """
-    from orchestrator.analysis.nightly import NightlyInputError, resume_command, run_night
+    from orchestrator.night import resume_command, run_night
+    from orchestrator.results.history_store import NightlyInputError
 
     night = night or datetime.now(UTC).strftime("%Y-%m-%d")
     again: list[str] = []  # the command that finishes this night, once its runs exist

@@ -13,9 +13,9 @@ import pytest
 from conftest import ROOT, SIM_AB, SIM_LAB
 from typer.testing import CliRunner
 
-from orchestrator.analysis.nightly import NIGHT_COLUMNS
 from orchestrator.cli import app
 from orchestrator.report.machine import DOCUMENTS, VERSION
+from orchestrator.results.history_store import NIGHT_COLUMNS
 
 runner = CliRunner()
 NIGHTLY = ROOT / "configs" / "plans" / "nightly.yaml"

@@ -16,22 +16,19 @@ from conftest import ROOT, SIM_LAB, fleet_of, sim_device
 from test_audit import run_in_memory
 from typer.testing import CliRunner
 
-from orchestrator.analysis.nightly import (
-    NightlyInputError,
-    alarms,
-    append_history,
-    compact_night,
-    history_rows,
-    load_history_trials,
-    load_nights,
-    night_rows,
-    pin_builds,
-    summarize,
-)
+from orchestrator.analysis.nightly import alarms, history_rows, night_rows, pin_builds
 from orchestrator.analysis.summary import verdicts
 from orchestrator.cli_analysis import register
 from orchestrator.config import Plan, load_plan
 from orchestrator.config.plan import NightlyAlarm
+from orchestrator.night import summarize
+from orchestrator.results.history_store import (
+    NightlyInputError,
+    append_history,
+    compact_night,
+    load_history_trials,
+    load_nights,
+)
 
 NIGHTLY = ROOT / "configs" / "plans" / "nightly.yaml"
 
@@ -315,7 +312,7 @@ def test_cli_a_failed_night_is_not_an_alarm_and_leaves_no_stale_report(
 
 
 def test_cli_nightly_unexpected_error_before_any_run_exits_3(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import orchestrator.analysis.nightly as nightly
+    import orchestrator.night as nightly
 
     def boom(night: str) -> str:
         raise OSError(28, "No space left on device")
