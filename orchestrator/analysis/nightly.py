@@ -95,58 +95,93 @@ def _in(frame: pd.DataFrame, keys: set[tuple[str, str]]) -> pd.Series:
 
 
 # -- the alarm rule ------------------------------------------------------------------------------------
+def _rule_arrays(configs: pd.Series, rules: dict[str, NightlyAlarm]) -> dict[str, np.ndarray]:
+    """Each row's rule, field by field (the confirmation's as ``confirm_*``; no confirmation: never fires)."""
+    default = NightlyAlarm()
+    cats = configs.astype("category")
+    codes = cats.cat.codes.to_numpy()
+    per = [rules.get(str(c), default) for c in cats.cat.categories]
+    fields = {f: [float(getattr(rule, f)) for rule in per] for f in NightlyAlarm.model_fields if f != "confirm"}
+    fields["confirm_p"] = [rule.confirm.p if rule.confirm else 0.0 for rule in per]
+    fields["confirm_slowdown"] = [rule.confirm.slowdown if rule.confirm else np.inf for rule in per]
+    return {f: np.array(v, dtype=float)[codes] for f, v in fields.items()}
+
+
 def alarms(nights: pd.DataFrame, rules: dict[str, NightlyAlarm], *, reasons: bool = True) -> pd.DataFrame:
     """Per (config, device, night): status ``alarm`` / ``watch`` / ``ok`` and the reason (``reasons=False``:
     the reason is left empty, for callers that word only the rows they show).
 
     ``watch``: tonight meets the consecutive-night condition but the streak is not long enough yet.
     Nights without a comparison (no p-value) neither extend nor break a streak.
+    ``since``: the night the alarm was raised (a latched alarm stays raised, with its first night, until a
+    night shows the configuration recovered; a night without data keeps it raised); empty when none is.
     """
     if not len(nights):
-        return nights.assign(slowdown=[], streak=[], status=[], reason=[])
-    default = NightlyAlarm()
+        return nights.assign(slowdown=[], streak=[], status=[], since=[], reason=[])
     out = nights.sort_values(["config", "device", "night"], kind="stable").reset_index(drop=True)
     slow = 1 - out["ratio"].to_numpy(dtype=float)
     p = out["p_one_sided_slower"].to_numpy(dtype=float)
-    configs = out["config"].astype("category")
-    codes = configs.cat.codes.to_numpy()
-    r = {f: np.array([getattr(rules.get(str(c), default), f) for c in configs.cat.categories], dtype=float)[codes]
-         for f in NightlyAlarm.model_fields}
+    r = _rule_arrays(out["config"], rules)
     valid = np.isfinite(p) & np.isfinite(slow)
     hit = valid & (p < r["consecutive_p"]) & (slow >= r["consecutive_slowdown"])
     single = valid & (p < r["single_p"]) & (slow >= r["single_slowdown"])
+    confirmed = valid & (p < r["confirm_p"]) & (slow >= r["confirm_slowdown"])
     # Streak of hits per series, skipping nights without data: a run-length count over the valid rows.
     series = out.groupby(["config", "device"], sort=False, observed=True).ngroup().to_numpy()
     streak = np.zeros(len(out), dtype=np.int64)
     sv = pd.Series(hit[valid].astype(np.int64))
     breaks = ((sv == 0) | pd.Series(series[valid]).ne(pd.Series(series[valid]).shift())).cumsum()
     streak[valid] = sv.groupby(breaks.to_numpy()).cumsum().to_numpy()
-    alarm = single | (streak >= r["consecutive_nights"])
+    fired = single | confirmed | (streak >= r["consecutive_nights"])
+    since = _latched(series, out["night"].astype(str).to_numpy(), fired, valid, p, r["latch"] > 0, r["recovered_p"])
+    alarm = fired | (valid & (since != ""))
     status = np.where(alarm, "alarm", np.where(hit, "watch", np.where(valid, "ok", "no data")))
-    out = out.assign(slowdown=slow, streak=streak, status=status, reason="")
+    out = out.assign(slowdown=slow, streak=streak, status=status, since=since, reason="")
     return with_reasons(out, rules) if reasons else out
+
+
+def _latched(series: np.ndarray, night: np.ndarray, fired: np.ndarray, valid: np.ndarray, p: np.ndarray,
+             latch: np.ndarray, recovered_p: np.ndarray) -> np.ndarray:
+    """Per row (sorted by series, then night): the night its alarm was raised, or "" (none raised).
+
+    A row that clears (a comparison that did not fire, and either the rule does not latch or the night
+    shows recovery) starts a new segment; within a segment a row is raised since its first firing row."""
+    n = len(series)
+    clear = valid & ~fired & (~latch | (p >= recovered_p))
+    start = np.r_[True, series[1:] != series[:-1]] if n else np.zeros(0, dtype=bool)
+    first = pd.Series(np.where(fired, np.arange(n), n)).groupby(np.cumsum(clear | start)).cummin().to_numpy()
+    nights = np.append(night.astype(object), "")  # index n: no firing row
+    return nights[first]
 
 
 def with_reasons(table: pd.DataFrame, rules: dict[str, NightlyAlarm]) -> pd.DataFrame:
     """The rows of an ``alarms`` table with their reasons worded."""
     default = NightlyAlarm()
+    n = table["n_candidate"] if "n_candidate" in table.columns else pd.Series(np.nan, index=table.index)
     reason = [
-        _reason(str(st), float(s), float(pp), int(k), rules.get(str(c), default))
-        for st, s, pp, k, c in zip(table["status"], table["slowdown"], table["p_one_sided_slower"], table["streak"],
-                                   table["config"], strict=True)
+        _reason(str(st), float(s), float(pp), int(k), rules.get(str(c), default), str(since), float(nc))
+        for st, s, pp, k, c, since, nc in zip(table["status"], table["slowdown"], table["p_one_sided_slower"],
+                                              table["streak"], table["config"], table["since"], n, strict=True)
     ]
     return table.assign(reason=reason)
 
 
-def _reason(status: str, slow: float, p: float, streak: int, rule: NightlyAlarm) -> str:
+def _reason(status: str, slow: float, p: float, streak: int, rule: NightlyAlarm, since: str = "",
+            n: float = float("nan")) -> str:
     if status == "no data":
-        return "no comparison tonight"
+        return "no comparison tonight" + (f" (alarm raised since {since})" if since else "")
     what = f"candidate {-slow:+.1%} vs reference, one-sided p(slower)={p:.4f}"
+    on = f" on {n:.0f} launches per arm" if np.isfinite(n) else ""
     if status == "alarm":
         if p < rule.single_p and slow >= rule.single_slowdown:
-            return f"{what}: one night >= {rule.single_slowdown:.0%} with p < {rule.single_p:g}"
-        return (f"{what}: {streak} nights in a row with p < {rule.consecutive_p:g} and "
-                f">= {rule.consecutive_slowdown:.0%}")
+            why = f"one night >= {rule.single_slowdown:.0%} with p < {rule.single_p:g}"
+        elif rule.confirm is not None and p < rule.confirm.p and slow >= rule.confirm.slowdown:
+            why = f"confirmed the same night{on}: >= {rule.confirm.slowdown:.0%} with p < {rule.confirm.p:g}"
+        elif streak >= rule.consecutive_nights:
+            why = f"{streak} nights in a row with p < {rule.consecutive_p:g} and >= {rule.consecutive_slowdown:.0%}"
+        else:
+            why = f"not recovered (p(slower) < {rule.recovered_p:g})"
+        return f"{what}: {why}" + (f"; alarm raised since {since}" if since else "")
     if status == "watch":
         return f"{what}: night {streak} of {rule.consecutive_nights} needed for an alarm"
     return what
@@ -222,14 +257,15 @@ def summary_of(series: pd.DataFrame, full: pd.DataFrame, night: str, planned: It
     keys = set(planned)
     table = alarms(series, rules, reasons=False)
     in_series = table[_in(table, keys)] if len(table) else table
-    rule_cols = ["config", "device", "slowdown", "streak", "status"]
+    rule_cols = ["config", "device", "slowdown", "streak", "status", "since"]
     mine = in_series[in_series["night"] == night][rule_cols].astype({"config": object, "device": object})
     if len(mine):
-        rows = full.drop(columns=[c for c in ("slowdown", "streak", "status", "reason") if c in full.columns])
+        rows = full.drop(columns=[c for c in ("slowdown", "streak", "status", "since", "reason")
+                                if c in full.columns])
         rows = rows.merge(mine, on=["config", "device"], how="inner")
         rows = with_reasons(rows.sort_values(["config", "device"], kind="stable").reset_index(drop=True), rules)
     else:
-        rows = pd.DataFrame(columns=[*NIGHT_COLUMNS, "night", "slowdown", "streak", "status", "reason"])
+        rows = pd.DataFrame(columns=[*NIGHT_COLUMNS, "night", "slowdown", "streak", "status", "since", "reason"])
     if len(rows):  # a comparison row without a p-value: say why the session gave none
         rows["reason"] = [
             f"{r} ({why_missing[(c, d)]})" if st == "no data" and (c, d) in why_missing else r
