@@ -246,10 +246,13 @@ def nightly_cmd(
     again: list[str] = []  # the command that finishes this night, once its runs exist
     written: list[Path] = []  # the night's final reports, once written
 
-    def started(run_ids: list[str]) -> None:
+    shown: set[str] = set()
+
+    def started(run_ids: list[str]) -> None:  # again when a same-night confirmation adds runs: those are new
         again.append(resume_command(run_ids, night=night, results=results, history=history or results / "history",
                                     junit=junit, summary_md=summary))
-        for run_id in run_ids:
+        for run_id in [r for r in run_ids if r not in shown]:
+            shown.add(run_id)
             (err if as_json else out).print(f"run {run_id}  (resume with: {again[-1]})", markup=False,
                                             highlight=False, soft_wrap=True)
 

@@ -16,7 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from shlex import quote
 
+import pandas as pd
+
 from orchestrator import app as core
+from orchestrator.analysis.confirm import EXTENSION, after, decide, extension_blocks, extension_plan, suspicious
 from orchestrator.analysis.nightly import (
     NightSummary,
     check_plan,
@@ -27,7 +30,7 @@ from orchestrator.analysis.nightly import (
     summary_of,
     unfinished,
 )
-from orchestrator.config.plan import NightlyAlarm
+from orchestrator.config.plan import NightlyAlarm, Plan
 from orchestrator.report.nightly import junit_xml, markdown
 from orchestrator.results import history as history_db
 from orchestrator.results.history_store import (
@@ -122,36 +125,84 @@ async def run_night(
         seed_of = {p.name: p.seed + zlib.crc32(night.encode()) for p in pinned}
         runs = [core.start_run(core.new_manifest(fleet, plan, fleet_path, path, seed_of[plan.name]), results)
                 for plan, path in zip(pinned, plan_paths, strict=True)]
-    on_start([r.run_id for r in runs])
+    ids = [r.run_id for r in runs]
     manifests = [r.manifest() for r in runs]
-    planned = [(m.plan.name, s.device) for m in manifests for s in m.sessions]
-    again = resume_command([r.run_id for r in runs], night=night, results=results, history=history, junit=junit,
-                           summary_md=summary_md)
+    firsts = [(r, m) for r, m in zip(runs, manifests, strict=True) if not is_extension(m.plan)]
+    planned = [(m.plan.name, s.device) for _, m in firsts for s in m.sessions]
     out_dir = results / "nightly" / night
-    junit = junit or out_dir / "junit.xml"
-    summary_md = summary_md or out_dir / "summary.md"
-    write_reports(unfinished(night, planned, f"night {night} is running (runs {', '.join(r.run_id for r in runs)}); "
-                                             f"if it was stopped, finish it with: {again}"), junit, summary_md)
+    junit_path = junit or out_dir / "junit.xml"
+    md_path = summary_md or out_dir / "summary.md"
+    again = [""]
+
+    def announce(new: list[str]) -> None:
+        """The night's runs so far to ``on_start``, and the reports say how to finish it (before any trial)."""
+        ids.extend(i for i in new if i not in ids)
+        on_start(list(ids))
+        again[0] = resume_command(ids, night=night, results=results, history=history, junit=junit,
+                                  summary_md=summary_md)
+        write_reports(unfinished(night, planned, f"night {night} is running (runs {', '.join(ids)}); "
+                                                 f"if it was stopped, finish it with: {again[0]}"), junit_path, md_path)
+
+    announce([])
     try:
         why: dict[tuple[str, str], str] = {}
-        for run in runs:
-            outcome = await core.execute(run)
-            append_history(history, night, history_rows(outcome.trials, outcome.manifest),
-                           night_rows(outcome.verdicts, outcome.manifest, outcome.trials))
-            ended = {d: s.reason for d, s in stops(run.records()).items()}
-            for s in outcome.manifest.sessions:
-                why[(outcome.manifest.plan.name, s.device)] = (
-                    f"session {ended.get(s.device, 'interrupted')} (run {run.run_id})")
+        for run, m in firsts:
+            extensions = [r for r, e in zip(runs, manifests, strict=True) if is_extension(e.plan)
+                          and e.plan.name == m.plan.name]
+            why |= await _config_night(run, extensions, night, results, history, announce)
         compact_night(history, night)
-        summary = summarize(history, night, planned, {m.plan.name: rule_of(m.plan) for m in manifests}, why)
+        summary = summarize(history, night, planned, {m.plan.name: rule_of(m.plan) for _, m in firsts}, why)
     except BaseException as exc:
         stopped = isinstance(exc, KeyboardInterrupt | asyncio.CancelledError)
         what = "was interrupted" if stopped else f"failed: {type(exc).__name__}: {str(exc).strip() or '-'}"
         detail = "" if stopped else "\n```\n" + "".join(traceback.format_exception(exc)) + "```\n"
         with contextlib.suppress(Exception):  # never hide the failure behind one writing its report
-            write_reports(unfinished(night, planned, f"night {night} {what.splitlines()[0]}; finish it with: {again}"),
-                          junit, summary_md, detail)
+            write_reports(unfinished(night, planned, f"night {night} {what.splitlines()[0]}; finish it with: "
+                                                     f"{again[0]}"), junit_path, md_path, detail)
         raise
-    write_reports(summary, junit, summary_md)
-    return NightlyOutcome(summary=summary, run_ids=[r.run_id for r in runs], junit_path=junit,
-                          summary_path=summary_md)
+    write_reports(summary, junit_path, md_path)
+    return NightlyOutcome(summary=summary, run_ids=ids, junit_path=junit_path, summary_path=md_path)
+
+
+def is_extension(plan: Plan) -> bool:
+    """A same-night confirmation's run (its plan says so; it belongs to the night's run of its config)."""
+    return plan.description.startswith(EXTENSION)
+
+
+async def _config_night(run: RunDir, extensions: list[RunDir], night: str, results: Path, history: Path,
+                        announce: Callable[[list[str]], None]) -> dict[tuple[str, str], str]:
+    """One config's night: its run, appended to the history; a suspicious comparison extended on the same
+    phones (``extensions``: those an interrupted night already started) and decided on every launch of the
+    night, that row appended after the first (the history keeps a night's newest row per device)."""
+    outcome = await core.execute(run)
+    manifest = outcome.manifest
+    plan, rule = manifest.plan, rule_of(manifest.plan)
+    rows = night_rows(outcome.verdicts, manifest, outcome.trials)
+    append_history(history, night, history_rows(outcome.trials, manifest), rows)
+    why = _ended(run, manifest.plan.name, [s.device for s in manifest.sessions])
+    if not extensions:
+        groups: dict[int, list[str]] = {}
+        for device, done in suspicious(rows, rule).items():
+            if (blocks := extension_blocks(plan, rule, done)) > 0:
+                groups.setdefault(blocks, []).append(device)
+        for k, (blocks, devices) in enumerate(sorted(groups.items())):
+            more = extension_plan(plan, devices, blocks, seed=manifest.seed + 1 + k)
+            extensions.append(core.start_run(core.new_manifest(
+                manifest.fleet, more, Path(manifest.fleet_file), Path(manifest.plan_file)), results))
+        if extensions:
+            announce([e.run_id for e in extensions])
+    for ext in extensions:
+        more_out = await core.execute(ext)
+        devices = [s.device for s in more_out.manifest.sessions]
+        later = after(outcome.trials, more_out.trials)
+        tonight = pd.concat([outcome.trials[outcome.trials["device"].isin(devices)], later], ignore_index=True)
+        table = decide(tonight, plan, seed=manifest.seed)
+        append_history(history, night, history_rows(later, manifest),
+                       night_rows(table, manifest, tonight).assign(run_id=ext.run_id))
+        why |= _ended(ext, plan.name, devices)
+    return why
+
+
+def _ended(run: RunDir, config: str, devices: list[str]) -> dict[tuple[str, str], str]:
+    ended = {d: s.reason for d, s in stops(run.records()).items()}
+    return {(config, d): f"session {ended.get(d, 'interrupted')} (run {run.run_id})" for d in devices}

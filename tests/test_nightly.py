@@ -123,15 +123,25 @@ def test_cli_nightly_exit_codes_junit_and_summary(tmp_path: Path) -> None:
     junit = ET.parse(results / "nightly" / "2026-02-01" / "junit.xml").getroot()
     assert junit.get("tests") == "1" and junit.get("failures") == "0"
     res = runner.invoke(app, [*args, "--candidate", "candidate-slow", "--night", "2026-02-02"])
-    # 8% slower (the sim's candidate-slow): under 10% so no single-night alarm; night 1 of 2.
-    assert res.exit_code == 0 and "watch" in res.output, res.output
+    # 8% slower (the sim's candidate-slow): suspicious, so the night is extended to 120 launches per arm on
+    # the same phone (a second run, printed with its resume command) and the alarm fires on its first night.
+    assert res.exit_code == 1, res.output
+    md = (results / "nightly" / "2026-02-02" / "summary.md").read_text()
+    assert "confirmed the same night on 120 launches per arm" in md, md
+    assert len(re.findall(r"^run \S+", res.output, re.M)) == 2, res.output
     res = runner.invoke(app, [*args, "--candidate", "candidate-slow", "--night", "2026-02-03"])
     assert res.exit_code == 1, res.output
     junit = ET.parse(results / "nightly" / "2026-02-03" / "junit.xml").getroot()
     assert junit.get("failures") == "1" and junit.find(".//failure") is not None
     md = (results / "nightly" / "2026-02-03" / "summary.md").read_text()
     assert md.startswith("# Nightly 2026-02-03: ALARM") and "candidate-slow vs ref" in md
+    assert "since 2026-02-02" in md, md  # latched: raised on its first night
     assert len(list((results / "history" / "trials").glob("night=*/*.parquet"))) == 3
+    trials = load_history_trials(results / "history")
+    extended = trials[trials["night"] == "2026-02-02"]
+    assert (extended.groupby("role", observed=True).size() == 120).all() and extended["run_id"].nunique() == 2
+    res = runner.invoke(app, [*args, "--candidate", "candidate-good", "--night", "2026-02-04"])
+    assert res.exit_code == 0 and "since" not in (results / "nightly" / "2026-02-04" / "summary.md").read_text()
     res = runner.invoke(app, [*args, "--candidate", "x", "--night", "bad/night"])
     assert res.exit_code == 2 and "night" in res.output
     res = runner.invoke(app, [*args[:4], str(ROOT / "configs" / "plans" / "sim-ab.yaml"), *args[5:],
@@ -194,11 +204,16 @@ def cli() -> tuple[typer.Typer, CliRunner]:
 
 
 def started(output: str) -> tuple[list[str], str]:
-    """The run ids printed before the first trial, and the one command they say finishes the night."""
+    """The run ids printed before their first trial, and the command that finishes the night: one for the
+    night's runs, a longer one when a same-night confirmation adds a run (each printed once)."""
     found = re.findall(r"^run (\S+)  \(resume with: (orch nightly .*)\)$", output, re.M)
     assert found, output
-    assert len({cmd for _, cmd in found}) == 1, found
-    return [r for r, _ in found], found[0][1]
+    ids = [r for r, _ in found]
+    assert len(set(ids)) == len(ids), found
+    for r, cmd in found:
+        assert f"--resume {r} " in cmd, found
+        assert all(f"--resume {k} " in found[-1][1] for k in ids), found
+    return ids, found[-1][1]
 
 
 def cases(junit: Path) -> dict[tuple[str, str], str]:
@@ -301,14 +316,18 @@ def test_cli_a_failed_night_is_not_an_alarm_and_leaves_no_stale_report(
     monkeypatch.setattr(core, "execute", real)
     res = runner.invoke(app, again.split()[1:])  # the printed command, as printed
     assert res.exit_code == 0, res.output
-    assert started(res.output) == (run_ids, again)
+    resumed_ids, finish = started(res.output)  # the same runs; a confirmation started only now comes after them
+    assert resumed_ids[:len(run_ids)] == run_ids and finish.startswith(again.split(" --night ")[0]), res.output
     got = cases(junit)
     assert set(got) == {("decode-a", "a19"), ("decode-b", "a19"), ("decode-b", "a18")}, got
     assert set(got.values()) == {"passed"}, got
     trials = load_history_trials(results / "history")
     tonight = trials[trials["night"] == "2026-07-02"]
-    assert set(tonight["run_id"]) == set(run_ids) and not tonight.duplicated(["run_id", "device", "seq"]).any()
-    assert len(tonight) == 2 * load_plan(plans[0]).launches_per_arm() * 3
+    assert set(tonight["run_id"]) == set(resumed_ids) and not tonight.duplicated(["run_id", "device", "seq"]).any()
+    # Each config x device: the plan's launches per arm, or the confirmation's 120 when the night was extended.
+    sizes = tonight.assign(config=tonight["run_id"].str.extract(r"-(decode-[abc])-")[0]).groupby(
+        ["config", "device", "role"], observed=True).size()
+    assert len(sizes) == 2 * 3 and set(sizes) <= {load_plan(plans[0]).launches_per_arm(), 120}, sizes
 
 
 def test_cli_nightly_unexpected_error_before_any_run_exits_3(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
