@@ -208,7 +208,7 @@ def _night_tables(outcome: Any) -> None:
     tonight = s.tonight.assign(builds=s.tonight["candidate_build"] + " vs " + s.tonight["reference_build"])
     out.print(_table(f"Nightly {s.night}: runs {', '.join(outcome.run_ids)}", tonight, {
         "config": "", "device": "", "builds": "", "ratio": ".3f", "ci_low": ".3f", "ci_high": ".3f",
-        "p_one_sided_slower": ".4f", "streak": "d", "status": "", "reason": "",
+        "p_one_sided_slower": ".4f", "streak": "d", "status": "", "since": "", "reason": "",
     }))
     for config, device, why in s.missing:
         out.print(f"no data {config} / {device}: {why}", markup=False, highlight=False, style="yellow")

@@ -19,7 +19,7 @@ from shlex import quote
 import pandas as pd
 
 from orchestrator import app as core
-from orchestrator.analysis.confirm import EXTENSION, after, decide, extension_blocks, extension_plan, suspicious
+from orchestrator.analysis.confirm import after, decide, extends, extension_blocks, extension_plan, suspicious
 from orchestrator.analysis.nightly import (
     NightSummary,
     check_plan,
@@ -30,7 +30,7 @@ from orchestrator.analysis.nightly import (
     summary_of,
     unfinished,
 )
-from orchestrator.config.plan import NightlyAlarm, Plan
+from orchestrator.config.plan import NightlyAlarm
 from orchestrator.report.nightly import junit_xml, markdown
 from orchestrator.results import history as history_db
 from orchestrator.results.history_store import (
@@ -127,7 +127,7 @@ async def run_night(
                 for plan, path in zip(pinned, plan_paths, strict=True)]
     ids = [r.run_id for r in runs]
     manifests = [r.manifest() for r in runs]
-    firsts = [(r, m) for r, m in zip(runs, manifests, strict=True) if not is_extension(m.plan)]
+    firsts = [(r, m) for r, m in zip(runs, manifests, strict=True) if extends(m.plan) is None]
     planned = [(m.plan.name, s.device) for _, m in firsts for s in m.sessions]
     out_dir = results / "nightly" / night
     junit_path = junit or out_dir / "junit.xml"
@@ -146,10 +146,8 @@ async def run_night(
     announce([])
     try:
         why: dict[tuple[str, str], str] = {}
-        for run, m in firsts:
-            extensions = [r for r, e in zip(runs, manifests, strict=True) if is_extension(e.plan)
-                          and e.plan.name == m.plan.name]
-            why |= await _config_night(run, extensions, night, results, history, announce)
+        for run, _ in firsts:
+            why |= await _config_night(run, night, results, history, announce)
         compact_night(history, night)
         summary = summarize(history, night, planned, {m.plan.name: rule_of(m.plan) for _, m in firsts}, why)
     except BaseException as exc:
@@ -164,29 +162,41 @@ async def run_night(
     return NightlyOutcome(summary=summary, run_ids=ids, junit_path=junit_path, summary_path=md_path)
 
 
-def is_extension(plan: Plan) -> bool:
-    """A same-night confirmation's run (its plan says so; it belongs to the night's run of its config)."""
-    return plan.description.startswith(EXTENSION)
+def extensions_of(results: Path, run: RunDir, config: str) -> list[RunDir]:
+    """The same-night confirmations already started for ``run`` (an interrupted night's), oldest first."""
+    found = []
+    since = run.run_id[:15]  # run ids begin with the second they were made: a confirmation's is no earlier
+    for path in sorted(results.glob(f"*-{config}-*/manifest.json")):
+        if path.parent.name[:15] < since or path.parent.name == run.run_id:
+            continue
+        other = RunDir(path.parent)
+        with contextlib.suppress(Exception):  # a run that cannot be read is no confirmation of this one
+            if extends(other.manifest().plan) == run.run_id:
+                found.append(other)
+    return found
 
 
-async def _config_night(run: RunDir, extensions: list[RunDir], night: str, results: Path, history: Path,
+async def _config_night(run: RunDir, night: str, results: Path, history: Path,
                         announce: Callable[[list[str]], None]) -> dict[tuple[str, str], str]:
     """One config's night: its run, appended to the history; a suspicious comparison extended on the same
-    phones (``extensions``: those an interrupted night already started) and decided on every launch of the
-    night, that row appended after the first (the history keeps a night's newest row per device)."""
+    phones (by the extension runs an interrupted night already started, else new ones) and decided on every
+    launch of the night, that row appended after the first (the history keeps a night's newest row per device)."""
     outcome = await core.execute(run)
     manifest = outcome.manifest
     plan, rule = manifest.plan, rule_of(manifest.plan)
     rows = night_rows(outcome.verdicts, manifest, outcome.trials)
     append_history(history, night, history_rows(outcome.trials, manifest), rows)
     why = _ended(run, manifest.plan.name, [s.device for s in manifest.sessions])
-    if not extensions:
+    extensions = extensions_of(results, run, plan.name)
+    if extensions:
+        announce([e.run_id for e in extensions])
+    else:
         groups: dict[int, list[str]] = {}
         for device, done in suspicious(rows, rule).items():
             if (blocks := extension_blocks(plan, rule, done)) > 0:
                 groups.setdefault(blocks, []).append(device)
         for k, (blocks, devices) in enumerate(sorted(groups.items())):
-            more = extension_plan(plan, devices, blocks, seed=manifest.seed + 1 + k)
+            more = extension_plan(plan, devices, blocks, seed=manifest.seed + 1 + k, of=run.run_id)
             extensions.append(core.start_run(core.new_manifest(
                 manifest.fleet, more, Path(manifest.fleet_file), Path(manifest.plan_file)), results))
         if extensions:

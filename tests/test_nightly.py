@@ -164,8 +164,12 @@ def test_an_interrupted_night_resumes_once_into_the_history(tmp_path: Path, nigh
                                   "--results", str(results)])
         assert res.exit_code == 0, res.output
     trials = load_history_trials(results / "history")
-    assert len(trials) == 80 and set(trials["run_id"]) == {run.run_id}
-    assert len(load_nights(results / "history")) == 1
+    (row,) = load_nights(results / "history").to_dict("records")
+    # 40 launches per arm, or 120 when the night was confirmed: each trial once, the confirmation started once.
+    per_arm = 40 if row["run_id"] == run.run_id else 120
+    assert (trials.groupby("role", observed=True).size() == per_arm).all(), trials
+    assert trials["run_id"].nunique() == (1 if per_arm == 40 else 2) and run.run_id in set(trials["run_id"])
+    assert not trials.duplicated(["run_id", "device", "seq"]).any()
     res = runner.invoke(app, ["nightly", "--resume", run.run_id, "--fleet", str(SIM_LAB), "--results", str(results)])
     assert res.exit_code == 2 and "drop the rest" in res.output
 
@@ -184,15 +188,17 @@ devices:
 CONFIGS = {"decode-a": ["a19"], "decode-b": ["a19", "a18"], "decode-c": ["flaky"]}  # flaky: every launch crashes
 
 
-def nightly_lab(tmp_path: Path) -> tuple[Path, list[Path]]:
-    """A fleet file and three nightly plans (one config each) on it."""
+def nightly_lab(tmp_path: Path, *, confirm: bool = True) -> tuple[Path, list[Path]]:
+    """A fleet file and three nightly plans (one config each) on it (``confirm=False``: without same-night
+    confirmation, so every night runs each plan's blocks and no more)."""
     fleet = tmp_path / "lab.yaml"
     fleet.write_text(LAB)
     plans = []
     for name, devices in CONFIGS.items():
         path = tmp_path / f"{name}.yaml"
         path.write_text(NIGHTLY.read_text().replace("name: nightly-decode", f"name: {name}")
-                        .replace("devices: [iphone17pro]", f"devices: [{', '.join(devices)}]"))
+                        .replace("devices: [iphone17pro]", f"devices: [{', '.join(devices)}]")
+                        + ("" if confirm else "nightly: {confirm: null}\n"))
         plans.append(path)
     return fleet, plans
 
@@ -228,7 +234,7 @@ def cases(junit: Path) -> dict[tuple[str, str], str]:
 
 
 def test_cli_a_night_of_three_configs_and_the_same_night_again(tmp_path: Path) -> None:
-    fleet, plans = nightly_lab(tmp_path)
+    fleet, plans = nightly_lab(tmp_path, confirm=False)
     results = tmp_path / "r"
     app, runner = cli()
     args = ["nightly", "--fleet", str(fleet), *(a for p in plans for a in ("--plan", str(p))),

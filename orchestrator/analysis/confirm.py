@@ -17,7 +17,8 @@ import pandas as pd
 from orchestrator.analysis.summary import verdicts
 from orchestrator.config.plan import MAX_BLOCKS, PAIRED, NightlyAlarm, Plan
 
-__all__ = ["EXTENSION", "MIN_EXTENSION_BLOCKS", "after", "decide", "extension_blocks", "extension_plan", "suspicious"]
+__all__ = ["EXTENSION", "MIN_EXTENSION_BLOCKS", "after", "decide", "extends", "extension_blocks", "extension_plan",
+           "suspicious"]
 
 EXTENSION = "same-night confirmation of "  # an extension plan's description begins so
 MIN_EXTENSION_BLOCKS = 6  # a plan's least blocks: fewer left to the cap, the night is decided on what it has
@@ -43,14 +44,21 @@ def extension_blocks(plan: Plan, rule: NightlyAlarm, done: int) -> int:
     return blocks if blocks >= MIN_EXTENSION_BLOCKS else 0
 
 
-def extension_plan(plan: Plan, devices: list[str], blocks: int, *, seed: int) -> Plan:
+def extension_plan(plan: Plan, devices: list[str], blocks: int, *, seed: int, of: str) -> Plan:
     """The extension run's plan: the same arms and trial, ``blocks`` more on ``devices``, one fixed analysis
-    (validated as any plan)."""
+    (validated as any plan); its description names the run it extends (``of``, see ``extends``)."""
     fields = plan.model_dump(mode="json")
     fields["decision"] = {**fields["decision"], "adaptive": None, "sequential": None}
     fields.update(blocks=blocks, devices=devices, seed=seed, pool_by=None,
-                  description=f"{EXTENSION}{plan.name}: {blocks} more blocks")
+                  description=f"{EXTENSION}{of}: {blocks} more blocks of {plan.name}")
     return Plan.model_validate(fields)
+
+
+def extends(plan: Plan) -> str | None:
+    """The run an extension plan extends (None: not an extension)."""
+    if not plan.description.startswith(EXTENSION):
+        return None
+    return plan.description.removeprefix(EXTENSION).split(":", 1)[0]
 
 
 def after(first: pd.DataFrame, extension: pd.DataFrame) -> pd.DataFrame:

@@ -33,7 +33,7 @@ __all__ = ["PublishOutcome", "publish"]
 STATE = ".publish.json"
 POINT_COLUMNS = ["night", "device", "chip_class", "run_id", "reference_build", "candidate_build", "n_reference",
                  "n_candidate", "median_reference", "median_candidate", "ratio", "ci_low", "ci_high",
-                 "p_one_sided_slower", "verdict", "streak", "status", "reason"]
+                 "p_one_sided_slower", "verdict", "streak", "status", "since", "reason"]
 
 
 @dataclass
