@@ -95,7 +95,8 @@ async def run_night(
     """Run each nightly plan (reference and candidate builds interleaved per device, through the run
     machinery: manifest, journal, settle gate), append to the history, apply the rule, write the reports.
     A suspicious comparison is confirmed the same night by an extension run (``_config_night``), whose id
-    ``on_start`` hears too (with every id so far) before its first trial. With ``resume`` (run ids of an interrupted night): finish those runs instead, then the same.
+    ``on_start`` hears too (with every id so far) before its first trial. With ``resume`` (run ids of an
+    interrupted night): finish those runs instead, then the same.
     ``on_start`` hears the night's run ids as soon as their directories exist, before any trial (the
     ids a ``resume_command`` needs after a kill).
 
