@@ -9,9 +9,10 @@ import pytest
 from conftest import ROOT
 
 from orchestrator.analysis.confirm import EXTENSION, after, extends, extension_blocks, extension_plan, suspicious
-from orchestrator.analysis.nightly import alarms
+from orchestrator.analysis.nightly import alarms, check_plan
 from orchestrator.config import Plan, load_plan
 from orchestrator.config.plan import NightlyAlarm, NightlyConfirm
+from orchestrator.results.history_store import NightlyInputError
 
 NAN = math.nan
 
@@ -24,7 +25,7 @@ def series(slow: list[float], p: list[float], device: str = "d", n: float = 120)
 
 
 def test_a_confirmed_night_alarms_and_stays_raised_until_a_night_shows_recovery() -> None:
-    nights = series([0.0, 0.05, 0.02, NAN, 0.03, 0.0, 0.01], [0.6, 0.0002, 0.05, NAN, 0.15, 0.5, 0.1])
+    nights = series([0.0, 0.05, 0.02, NAN, 0.03, 0.0, 0.01], [0.6, 0.00005, 0.05, NAN, 0.15, 0.5, 0.1])
     table = alarms(nights, {"c": NightlyAlarm()})
     assert list(table["status"]) == ["ok", "alarm", "alarm", "no data", "alarm", "ok", "ok"], table
     assert list(table["since"]) == ["", *["2026-03-02"] * 4, "", ""], table
@@ -35,18 +36,18 @@ def test_a_confirmed_night_alarms_and_stays_raised_until_a_night_shows_recovery(
 
 
 def test_without_latch_or_confirmation_the_old_rule_holds() -> None:
-    nights = series([0.05, 0.02], [0.0002, 0.05])
+    nights = series([0.05, 0.02], [0.00005, 0.05])
     unlatched = alarms(nights, {"c": NightlyAlarm(latch=False)})
     assert list(unlatched["status"]) == ["alarm", "ok"] and list(unlatched["since"]) == ["2026-03-01", ""]
-    # No confirmation: 5% at p 0.0002 is under the single-night 10%; one night of the two needed.
+    # No confirmation: 5% at p 0.00005 is under the single-night 10%; one night of the two needed.
     old = alarms(nights, {"c": NightlyAlarm(confirm=None, latch=False)})
     assert list(old["status"]) == ["watch", "ok"], old
-    strict = alarms(nights, {"c": NightlyAlarm(confirm=NightlyConfirm(p=0.0001))})
+    strict = alarms(nights, {"c": NightlyAlarm(confirm=NightlyConfirm(p=0.00001))})
     assert list(strict["status"]) == ["watch", "ok"], strict
 
 
 def test_latching_is_per_series() -> None:
-    nights = pd.concat([series([0.05, 0.0], [0.0002, 0.1], "a"), series([0.0, 0.0], [0.5, 0.1], "b")])
+    nights = pd.concat([series([0.05, 0.0], [0.00005, 0.1], "a"), series([0.0, 0.0], [0.5, 0.1], "b")])
     table = alarms(nights, {"c": NightlyAlarm()})
     got = {(d, n): (s, since) for d, n, s, since in zip(table["device"], table["night"], table["status"],
                                                        table["since"], strict=True)}
@@ -81,3 +82,12 @@ def test_the_extension_follows_the_first_runs_blocks_per_device() -> None:
     ext = pd.DataFrame({"device": ["a", "b", "b"], "block": [0, 0, 3], "seq": [0, 0, 11]})
     got = after(first, ext).sort_values(["device", "seq"]).reset_index(drop=True)
     assert list(got["block"]) == [20, 6, 9] and list(got["seq"]) == [80, 24, 35]
+
+
+def test_a_median_plan_that_cannot_reach_the_confirmation_p_is_refused(nightly: Plan) -> None:
+    median = nightly.model_copy(update={"decision": nightly.decision.model_copy(update={"estimator": "median"})})
+    with pytest.raises(NightlyInputError, match=r"out of reach of estimator median with 2000 resamples.*>= 10000"):
+        check_plan(median)
+    enough = median.model_copy(update={"decision": median.decision.model_copy(update={"resamples": 10000})})
+    assert check_plan(enough) is enough
+    assert check_plan(median.model_copy(update={"nightly": NightlyAlarm(confirm=None)}))

@@ -26,7 +26,8 @@ ROLES = ("reference", "candidate")
 
 
 def check_plan(plan: Plan) -> Plan:
-    """A nightly plan: exactly two arms (reference, candidate) of one runtime."""
+    """A nightly plan: exactly two arms (reference, candidate) of one runtime, and an estimator that can
+    reach the confirmation's p."""
     if len(plan.arms) != 2:
         raise NightlyInputError(
             f"plan {plan.name!r}: a nightly plan has exactly 2 arms (reference, candidate); it has {len(plan.arms)}"
@@ -35,6 +36,15 @@ def check_plan(plan: Plan) -> Plan:
         raise NightlyInputError(
             f"plan {plan.name!r}: both arms must run the same runtime (got {plan.arms[0].runtime!r} and "
             f"{plan.arms[1].runtime!r}): only the build differs"
+        )
+    confirm = rule_of(plan).confirm
+    rule = plan.decision
+    if confirm is not None and rule.estimator == "median" and 1 / (1 + rule.resamples) >= confirm.p:
+        need = int(1 / confirm.p)
+        raise NightlyInputError(
+            f"plan {plan.name!r}: nightly.confirm.p = {confirm.p:g} is out of reach of estimator median with "
+            f"{rule.resamples} resamples (its smallest p is 1/(1 + resamples)): set decision.resamples >= {need}, "
+            "estimator hodges_lehmann, or a larger nightly.confirm.p"
         )
     return plan
 
