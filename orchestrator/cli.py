@@ -18,6 +18,7 @@ from rich.console import Console
 from typer.core import TyperGroup
 
 from orchestrator import app as core
+from orchestrator.analysis.gating import mismatched
 from orchestrator.cli_analysis import register as register_analysis
 from orchestrator.cli_plan import register as register_plan
 from orchestrator.cli_runtimes import register as register_runtimes
@@ -46,7 +47,6 @@ from orchestrator.results.store import (
     excluded_words,
     find_run,
 )
-from orchestrator.runtimes.gating import mismatched
 
 out = Console(width=None if Console().is_terminal else 160)
 err = Console(stderr=True, width=None if Console().is_terminal else 160)

@@ -7,9 +7,9 @@ import asyncio
 import pytest
 
 from orchestrator.devices import FakeDevice
-from orchestrator.devices.base import TrialFailure
 from orchestrator.devices.contract import check_device_contract
 from orchestrator.protocol import Generation, TrialResult, TrialSpec
+from orchestrator.protocol.device import TrialFailure
 
 
 def good(spec: TrialSpec) -> TrialResult | TrialFailure:

@@ -13,9 +13,10 @@ from sshd import Sshd
 
 from orchestrator.config import Fleet
 from orchestrator.devices import open_device
-from orchestrator.devices.base import Artifacts, Device, DeviceUnavailable, TrialFailure
+from orchestrator.devices.base import Device
 from orchestrator.devices.contract import check_device_contract, contract_spec
 from orchestrator.protocol import TrialResult
+from orchestrator.protocol.device import Artifacts, DeviceUnavailable, TrialFailure
 
 
 def fleet(sshd: Sshd | None, tmp_path: Path, **device: object) -> Fleet:

@@ -18,10 +18,10 @@ from pymobiledevice3.services.house_arrest import HouseArrestService
 from twin_support import BUNDLE, HARNESS, MODEL, STAND_IN_MODEL, app_ipa, harness_has_app, running_twin
 
 from orchestrator.config.fleet import IphoneDeviceConfig
-from orchestrator.devices.base import ArtifactFile, Artifacts, TrialFailure
 from orchestrator.devices.contract import check_device_contract, contract_spec
 from orchestrator.devices.iphone import IphoneDevice
 from orchestrator.protocol import TrialResult
+from orchestrator.protocol.device import ArtifactFile, Artifacts, TrialFailure
 from orchestrator.twin import make_ipa
 
 

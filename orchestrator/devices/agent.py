@@ -15,9 +15,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from orchestrator.config.fleet import HostDeviceConfig, IphoneDeviceConfig
 from orchestrator.config.sim import SimDeviceConfig
-from orchestrator.devices.base import (
+from orchestrator.devices.base import Device
+from orchestrator.protocol import TrialResult, TrialSpec
+from orchestrator.protocol.device import (
     Artifacts,
-    Device,
     DeviceInfo,
     DeviceUnavailable,
     Health,
@@ -28,10 +29,9 @@ from orchestrator.devices.base import (
     Telemetry,
     TrialFailure,
 )
-from orchestrator.devices.deploy import push_to_host
-from orchestrator.devices.runners import ConnectionLost, LocalRunner, Runner, RunnerError, Stream
-from orchestrator.protocol import TrialResult, TrialSpec
-from orchestrator.runtimes.envs import host_cache
+from orchestrator.runners import ConnectionLost, LocalRunner, Runner, RunnerError, Stream
+from orchestrator.runners.cache import host_cache
+from orchestrator.runners.deploy import push_to_host
 
 AGENT_PROTOCOL = 1
 CALL_TIMEOUT_S = 120.0

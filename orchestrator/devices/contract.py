@@ -5,16 +5,9 @@ Shipped with the package, like a conformance checker, so each backend's tests ca
 
 from __future__ import annotations
 
-from orchestrator.devices.base import (
-    Artifacts,
-    Device,
-    DeviceInfo,
-    PrepareReport,
-    StreamProbe,
-    Telemetry,
-    TrialFailure,
-)
+from orchestrator.devices.base import Device
 from orchestrator.protocol import TrialResult, TrialSpec
+from orchestrator.protocol.device import Artifacts, DeviceInfo, PrepareReport, StreamProbe, Telemetry, TrialFailure
 
 
 def contract_spec(engine: str, model: str, trial_id: str = "contract-0000", **over: object) -> TrialSpec:

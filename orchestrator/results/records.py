@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from orchestrator.config.fleet import Fleet
 from orchestrator.config.plan import Plan
-from orchestrator.devices.base import Interference, Placed, StreamProbe, Telemetry, TrialFailure
+from orchestrator.protocol.device import Interference, Placed, StreamProbe, Telemetry, TrialFailure
 from orchestrator.protocol import TrialResult
 
 SCHEMA_VERSION: Literal[1] = 1

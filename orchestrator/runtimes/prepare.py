@@ -7,11 +7,12 @@ from __future__ import annotations
 import time
 
 from orchestrator.config.plan import Plan
-from orchestrator.devices.base import DeviceUnavailable
-from orchestrator.devices.runners import LocalRunner, Runner, RunnerError
 from orchestrator.protocol import TrialSpec
-from orchestrator.runtimes.base import RuntimeContext, adapter_for
-from orchestrator.runtimes.envs import host_cache, installed_on
+from orchestrator.protocol.device import DeviceUnavailable
+from orchestrator.runners import LocalRunner, Runner, RunnerError
+from orchestrator.runners.cache import RuntimeContext, host_cache
+from orchestrator.runtimes import catalog
+from orchestrator.runtimes.envs import installed_on
 from orchestrator.runtimes.process import ArtifactError, DriverAdapter
 
 
@@ -25,7 +26,7 @@ async def prepare_plan(plan: Plan, runner: Runner | None = None) -> list[tuple[s
     ctx = RuntimeContext(runner, f"{await host_cache(runner)}/work", runner.name)
     model: str | Exception | None = None  # put on the host once, when the first arm needs it
     for arm in plan.arms:
-        adapter = adapter_for(arm.runtime)
+        adapter = catalog.adapter_for(arm.runtime)
         if not isinstance(adapter, DriverAdapter):
             out.append((arm.name, f"{arm.runtime}: nothing to convert"))
             continue
@@ -61,8 +62,8 @@ async def _model_on(runner: Runner, plan: Plan) -> str:
     the arms read beside it) in its cache folder first, exactly where a run's prepare puts them."""
     if plan.model_location == "device" or isinstance(runner, LocalRunner):
         return await runner.expand(plan.model)
-    from orchestrator.artifacts import host_files, model_file
-    from orchestrator.devices.deploy import push_to_host
+    from orchestrator.runners.deploy import push_to_host
+    from orchestrator.runtimes.artifacts import host_files, model_file
 
     if not model_file(plan).is_file():
         raise FileNotFoundError(f"no model file {model_file(plan)} on this machine (model_location: controller)")

@@ -6,7 +6,8 @@ import asyncio
 from collections.abc import Callable, Mapping
 
 from orchestrator.clock import Clock
-from orchestrator.devices.base import Artifacts, Device
+from orchestrator.devices.base import Device
+from orchestrator.protocol.device import Artifacts
 from orchestrator.results.records import (
     EARLY_STOPS,
     AttemptFailed,

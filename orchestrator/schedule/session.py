@@ -14,9 +14,10 @@ from orchestrator.analysis.decision import ArmSample
 from orchestrator.analysis.sequential import adaptive_due, adaptive_looks, decide_at, due_look, look_family
 from orchestrator.clock import Clock
 from orchestrator.config.plan import Plan
-from orchestrator.devices.base import Artifacts, Device, DeviceUnavailable, Interference, TrialFailure
+from orchestrator.devices.base import Device
 from orchestrator.devices.interference import CpuSample, between
 from orchestrator.protocol import THERMAL_ORDER, TrialResult, TrialSpec
+from orchestrator.protocol.device import Artifacts, DeviceUnavailable, Interference, TrialFailure
 from orchestrator.results.records import (
     AttemptFailed,
     AttemptSpoiled,

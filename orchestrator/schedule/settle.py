@@ -7,8 +7,9 @@ from collections.abc import Callable
 
 from orchestrator.clock import Clock
 from orchestrator.config.plan import InterferenceLimit, SettlePolicy
-from orchestrator.devices.base import Device, DeviceUnavailable, Interference, Telemetry
+from orchestrator.devices.base import Device
 from orchestrator.devices.interference import between
+from orchestrator.protocol.device import DeviceUnavailable, Interference, Telemetry
 from orchestrator.results.records import Settle, ThrottleCheck
 
 QUIET_WINDOW_S = 1.0  # how long the gate watches other processes before a trial, when the plan asks it to

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from orchestrator.devices.base import HealthState
+from orchestrator.protocol.device import HealthState
 
 LineSink = Callable[[str], None]
 
