@@ -8,7 +8,7 @@ from typing import TextIO
 
 from orchestrator.config.fleet import Fleet
 from orchestrator.devices import open_device
-from orchestrator.devices.agent import AgentError, Pushed, Reply, Request
+from orchestrator.devices.agent import AgentCpu, AgentError, Pushed, Reply, Request
 from orchestrator.devices.base import Device
 from orchestrator.protocol import TrialResult
 from orchestrator.protocol.device import DeviceUnavailable
@@ -42,6 +42,13 @@ async def _handle(req: Request, device: Device | None, stdout: TextIO) -> tuple[
         return Reply(id=req.id, report=await device.prepare(req.artifacts, progress=pushed)), device
     if req.op == "telemetry":
         return Reply(id=req.id, telemetry=await device.telemetry()), device
+    if req.op == "probe":
+        return Reply(id=req.id, probe=await device.probe()), device
+    if req.op == "throttle_probe":
+        return Reply(id=req.id, throughput=await device.throttle_probe()), device
+    if req.op == "cpu_sample":
+        sample = await device.cpu_sample()
+        return Reply(id=req.id, cpu=AgentCpu.of(sample) if sample is not None else None), device
     if req.op == "health":
         return Reply(id=req.id, health=await device.health()), device
     if req.op == "run_trial":

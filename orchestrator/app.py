@@ -237,7 +237,7 @@ def start_run(manifest: Manifest, results: Path) -> RunDir:
     return create_run(results, manifest)
 
 
-async def execute(run: RunDir, *, observe: Observer = lambda d, r: None) -> RunOutcome:
+async def execute(run: RunDir, *, observe: Observer = lambda d, r: None, accept_change: bool = False) -> RunOutcome:
     """Run (or resume) every session that has not ended; then derive trials.parquet and verdicts.csv.
     Holds the run's lock throughout (RunLocked if another process writes it); a journal that cannot
     be written (JournalWriteError) stops every session at once, the journal whole up to that point."""
@@ -254,7 +254,7 @@ async def execute(run: RunDir, *, observe: Observer = lambda d, r: None) -> RunO
             await run_sessions(
                 manifest, journal,
                 lambda d: open_device(manifest.fleet, d, stream=stream, launchers=catalog.adapter_for), states,
-                observe=observe, artifacts=artifacts, records=records,
+                observe=observe, artifacts=artifacts, records=records, accept_change=accept_change,
             )
             status = "completed" if all_ran(stop_reasons(manifest, run.records())) else "incomplete"
             journal.append(RunFinished(status=status, wall=datetime.now(UTC).timestamp()))
@@ -322,10 +322,11 @@ def derive(run: RunDir) -> RunOutcome:
 
 
 def _derive(run: RunDir, *, save: bool, why: str | None = None) -> RunOutcome:
-    """The tables from the journal; the token gates are recomputed only when the journal has changed
-    since they were written."""
+    """The tables from the journal, stamped with the journal's length and digest (derived.json, written
+    last); the token gates are recomputed only when the journal has changed since they were written."""
     manifest = run.manifest()
     reading = run.read(manifest)
+    made_from = run.journal_stamp() if save and run.journal_path.is_file() else None  # locked: as it was read
     records = reading.records
     warnings = reading.warnings(run.journal_path) + ([why] if why else [])
     if reading.skipped:
@@ -335,6 +336,7 @@ def _derive(run: RunDir, *, save: bool, why: str | None = None) -> RunOutcome:
     table = verdicts(trials, manifest.plan, seed=manifest.seed)
     table, spent = costs(table, trials, records, [s.device for s in manifest.sessions], manifest.plan.budget_minutes)
     pooled = class_verdicts(trials, manifest.plan, fleet_chips(manifest.fleet), seed=manifest.seed)
+    written: list[Path] = []
     if save:
         try:
             tmp = run.trials_path.with_name("trials.parquet.tmp")
@@ -342,14 +344,21 @@ def _derive(run: RunDir, *, save: bool, why: str | None = None) -> RunOutcome:
             os.replace(tmp, run.trials_path)
             write_atomic(run.verdicts_path, table.to_csv(index=False).encode())
             write_atomic(run.device_time_path, spent.to_csv(index=False).encode())
+            written += [run.trials_path, run.verdicts_path, run.device_time_path]
             if len(pooled):
                 write_atomic(run.path / "class_verdicts.csv", pooled.to_csv(index=False).encode())
+                written.append(run.path / "class_verdicts.csv")
             warnings += _register_noise(run, trials, manifest, device_chips(manifest, records))
         except OSError as exc:
             run.trials_path.with_name("trials.parquet.tmp").unlink(missing_ok=True)
             save = False
             warnings.append(f"{run.path}: derived tables not written ({exc.strerror}); derived in memory")
     gates = gates_of(run, Gater(), records, save=save)
+    if save and made_from is not None:
+        if len(gates) and run.gates_path.exists():
+            written.append(run.gates_path)
+        with contextlib.suppress(OSError):  # unstamped tables are derived again next time: nothing is lost
+            run.stamp(made_from, written)
     return RunOutcome(run=run, manifest=manifest, stops=stop_reasons(manifest, records), trials=trials,
                       verdicts=table, details={d: s.detail for d, s in stops(records).items() if s.detail},
                       gates=gates, warnings=warnings, chips=device_chips(manifest, records), device_time=spent,

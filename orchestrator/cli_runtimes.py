@@ -10,13 +10,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from orchestrator.cli_common import bad_input, err, out
 from orchestrator.report.console import gates_table
 from orchestrator.results.store import RunNotFound, find_run
 from orchestrator.runners import LocalRunner, Runner, RunnerError
@@ -24,14 +24,8 @@ from orchestrator.runtimes import catalog
 from orchestrator.runtimes.envs import InstallError, disk_used, install, installed_on, uninstall
 
 runtimes_app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
-out = Console(width=None if Console().is_terminal else 160)
-err = Console(stderr=True, width=None if Console().is_terminal else 160)
 
 
-
-def _bad_input(message: str) -> NoReturn:
-    err.print(message, markup=False, highlight=False)
-    raise typer.Exit(2)
 
 
 def _size(n: int) -> str:
@@ -51,15 +45,15 @@ def _runners(fleet: Path | None, hosts: list[str] | None) -> list[Runner]:
     hosts = hosts or []
     if fleet is None:
         if set(hosts) - {"local"}:
-            _bad_input(f"--host {', '.join(hosts)} needs --fleet FILE (the file that defines the host)")
+            bad_input(f"--host {', '.join(hosts)} needs --fleet FILE (the file that defines the host)")
         return [LocalRunner()]
     try:
         cfg = load_fleet(fleet)
     except ConfigError as exc:
-        _bad_input(str(exc))
+        bad_input(str(exc))
     known = ["local", *(h.id for h in cfg.hosts)]
     if bad := [h for h in hosts if h not in known]:
-        _bad_input(f"{fleet}: no host {', '.join(bad)} (hosts: {', '.join(known)})")
+        bad_input(f"{fleet}: no host {', '.join(bad)} (hosts: {', '.join(known)})")
     chosen = hosts or sorted({d.host for d in cfg.devices if d.kind == "host"}) or ["local"]
     return [open_runner(cfg, h) for h in chosen]
 
@@ -123,7 +117,7 @@ def install_cmd(
     """Install runtimes into their own environments under the cache folder, here or on a fleet's
     hosts (first use only: installed ones are skipped)."""
     if bad := [n for n in names if n not in catalog.installable()]:
-        _bad_input(f"cannot install {', '.join(bad)}: installable runtimes are {', '.join(catalog.installable())}")
+        bad_input(f"cannot install {', '.join(bad)}: installable runtimes are {', '.join(catalog.installable())}")
     async def each(runner: Runner) -> bool:
         return all([await _install_one(runner, name, force) for name in names])
 
@@ -138,7 +132,7 @@ def uninstall_cmd(
 ) -> None:
     """Remove runtimes' environments and their converted models, here or on a fleet's hosts."""
     if bad := [n for n in names if n not in catalog.installable()]:
-        _bad_input(f"cannot uninstall {', '.join(bad)}: installable runtimes are {', '.join(catalog.installable())}")
+        bad_input(f"cannot uninstall {', '.join(bad)}: installable runtimes are {', '.join(catalog.installable())}")
 
     async def each(runner: Runner) -> bool:
         for name in names:
@@ -215,13 +209,13 @@ def prepare_cmd(
     try:
         cfg = load_plan(plan)
     except ConfigError as exc:
-        _bad_input(str(exc))
+        bad_input(str(exc))
 
     async def each(runner: Runner) -> bool:
         ok = True
-        for arm, outcome in await prepare_plan(cfg, runner):
-            ok &= not outcome.startswith("failed")
-            out.print(f"{arm}: {outcome}", markup=False, highlight=False)
+        for arm, message, failed in await prepare_plan(cfg, runner):
+            ok &= not failed
+            out.print(f"{arm}: {message}", markup=False, highlight=False)
         return ok
 
     raise typer.Exit(1 if asyncio.run(_on_hosts(_runners(fleet, host), each)) else 0)
@@ -240,7 +234,7 @@ def gate_cmd(
     try:
         run_dir = find_run(results, run)
     except RunNotFound as exc:
-        _bad_input(str(exc))
+        bad_input(str(exc))
     gates = gates_of(run_dir, Gater(), force=True)
     if gates.empty:
         out.print("no real trials with tokens to gate (simulated devices are not gated)")

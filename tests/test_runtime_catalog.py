@@ -71,8 +71,8 @@ def test_prepare_a_host_trial_and_the_gate_use_it(t1: Path, tmp_path: Path, monk
     monkeypatch.setitem(catalog.CATALOG, "throwaway", ENTRY)
     model = t1 / "model-Q8_0.gguf"
     plan = Plan.model_validate(json.loads(inputs(tmp_path, model)[1].read_text()))
-    assert asyncio.run(prepare_plan(plan)) == [("ref", "numpy: nothing to convert"),
-                                                ("new", "throwaway: nothing to convert")]
+    assert asyncio.run(prepare_plan(plan)) == [("ref", "numpy: nothing to convert", False),
+                                                ("new", "throwaway: nothing to convert", False)]
 
     device = HostDevice(HostDeviceConfig(id="here", kind="host", workdir=str(tmp_path)), LocalRunner(),
                         launchers=catalog.adapter_for)

@@ -105,7 +105,7 @@ def test_the_device_contract_holds_on_the_twin_running_the_real_harness(tmp_path
     async def body(device: IphoneDevice) -> None:
         await device.prepare(Artifacts())
         await _push(device, "/Documents/models/t1.gguf", MODEL.read_bytes())
-        await check_device_contract(device, engine="rawloop-cpu", model="models/t1.gguf", timeout=60)
+        await check_device_contract(device, engine="rawloop-cpu", model="models/t1.gguf", timeout=60, probes=False)
 
     with running_twin(tmp_path, ios=ios) as twin:
         asyncio.run(body(_device(twin, ipa)))
