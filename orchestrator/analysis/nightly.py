@@ -180,7 +180,7 @@ def _reason(status: str, slow: float, p: float, streak: int, rule: NightlyAlarm,
             n: float = float("nan")) -> str:
     if status == "no data":
         return "no comparison tonight" + (f" (alarm raised since {since})" if since else "")
-    what = f"candidate {-slow:+.1%} vs reference, one-sided p(slower)={p:.4f}"
+    what = f"candidate {-slow:+.1%} vs reference, one-sided p(slower)={p:.2g}"
     on = f" on {n:.0f} launches per arm" if np.isfinite(n) else ""
     if status == "alarm":
         if p < rule.single_p and slow >= rule.single_slowdown:

@@ -52,7 +52,7 @@ def markdown(summary: NightSummary) -> str:
     for r in summary.tonight.to_dict("records"):
         lines.append(
             f"| {r['config']} | {r['device']} | {r['chip_class']} | {r['candidate_build']} vs {r['reference_build']} "
-            f"| {r['ratio']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}] | {r['p_one_sided_slower']:.4f} "
+            f"| {r['ratio']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}] | {r['p_one_sided_slower']:.2g} "
             f"| {r['streak']} | **{r['status']}**{f' since {since}' if (since := r.get('since')) else ''} |"
         )
     for config, device, why in summary.missing:
