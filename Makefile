@@ -7,7 +7,7 @@ PIP_VERSION := $(shell sed -n 's/^pip==//p' constraints.txt)
 SWIFT ?= $(shell command -v swift 2>/dev/null || echo /opt/swift/usr/bin/swift)
 HARNESS := ios_harness
 
-.PHONY: demo demo-host demo-sim demo-twin demo-site runtimes test lint typecheck pytest swift sshd chromium bench bench-runtimes clean lock
+.PHONY: llama demo demo-host demo-sim demo-twin demo-site runtimes test lint typecheck pytest swift sshd chromium bench bench-runtimes bench-llamacpp-engine clean lock
 
 # constraints.txt pins every package the venv holds (pyproject.toml gives only ranges): every fresh
 # machine gets the same versions. Refresh it on purpose: make lock.
@@ -53,7 +53,7 @@ demo-sim: $(STAMP)
 TWIN_IPA := $(HARNESS)/.build/twin.ipa
 demo-twin: $(STAMP)
 	@if [ ! -x $(HARNESS)/.build/release/harness ]; then \
-	  if [ -x "$(SWIFT)" ]; then (cd $(HARNESS) && $(SWIFT) build -c release) || exit 1; \
+	  if [ -x "$(SWIFT)" ]; then (export $(HARNESS_ENV) && cd $(HARNESS) && $(SWIFT) build -c release) || exit 1; \
 	  else echo "swift not found: skipping the phone twin demo"; exit 0; fi; fi; \
 	$(BIN)/orch twin make-ipa $(HARNESS)/.build/release/harness --out $(TWIN_IPA) --minimum-os 18.0 >/dev/null && \
 	$(BIN)/orch validate configs/demo-fleet.yaml configs/plans/demo-twin.yaml && \
@@ -78,7 +78,7 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 pytest: $(STAMP) sshd chromium $(TEST_RUNTIMES)
-	$(BIN)/pytest
+	$(HARNESS_ENV) $(BIN)/pytest
 
 # The SSH tests run against a real OpenSSH server on loopback: install Debian's when missing.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
@@ -91,10 +91,20 @@ chromium:
 	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || test -x /usr/bin/chromium || \
 	  ( $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium >/dev/null )
 
+# The harness's `llamacpp` engine links the llama.cpp that the llamacpp runtime environment built from
+# its pinned sdist (headers and libraries of that one build): Tools/llama-link.py links them into
+# ios_harness/.llama after checking the pin. CI installs the environment first; elsewhere, without it,
+# the harness builds without that engine. HARNESS_LLAMA tells Package.swift: set for every build below
+# and for pytest, whose orch runs build the harness too (the same graph, so nothing is rebuilt).
+LLAMA_DIR := $(abspath $(HARNESS))/.llama
+HARNESS_ENV = HARNESS_LLAMA=$$(test -f $(LLAMA_DIR)/pin.json && echo $(LLAMA_DIR) || echo 0)
+llama: $(STAMP) $(TEST_RUNTIMES)
+	@$(BIN)/python $(HARNESS)/Tools/llama-link.py --out $(LLAMA_DIR) || [ $$? = 1 ]
+
 # The harness package builds and tests wherever Swift is; without Swift this step says so and skips.
-swift:
+swift: llama
 	@if [ -f $(HARNESS)/Package.swift ]; then \
-	  if [ -x "$(SWIFT)" ]; then cd $(HARNESS) && $(SWIFT) build -c release && $(SWIFT) test && bash Tools/metal-typecheck.sh; \
+	  if [ -x "$(SWIFT)" ]; then export $(HARNESS_ENV) && cd $(HARNESS) && $(SWIFT) build -c release && $(SWIFT) test && bash Tools/metal-typecheck.sh; \
 	  else echo "swift not found: skipping the harness build"; fi; \
 	fi
 
@@ -103,6 +113,10 @@ bench: $(STAMP)
 
 bench-runtimes: $(STAMP) runtimes
 	$(BIN)/python bench/bench_runtimes.py
+
+# llama.cpp in the harness vs out of process, beside the raw loop: one interleaved orch run.
+bench-llamacpp-engine: $(STAMP) runtimes llama
+	$(HARNESS_ENV) $(BIN)/python bench/bench_llamacpp_engine.py
 
 # Re-resolve the newest versions pyproject.toml allows, in a scratch venv, and pin them.
 lock:

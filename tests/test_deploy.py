@@ -298,7 +298,8 @@ def test_a_tuning_table_that_cannot_be_deployed_is_a_located_error(tmp_path: Pat
     f, p = write_inputs(tmp_path, here, plan(MODEL, arms, model_location="device"))
     code, out = invoke("validate", str(f), str(p))
     assert code == 2, out
-    assert "only the harness's engines (rawloop-cpu, rawloop-metal) read a tuning table" in " ".join(out.split()), out
+    said = " ".join(out.split())
+    assert "only the harness's engines (rawloop-cpu, rawloop-metal, harness-llamacpp) read a tuning table" in said, out
 
 
 def test_a_local_host_reads_the_controllers_file_where_it_is(tmp_path: Path, harness: Path, t1: Path) -> None:

@@ -117,7 +117,7 @@ def test_orch_run_on_a_twin_deploys_the_model_and_runs_the_raw_loop(tmp_path: Pa
     assert all(isinstance(t["settle"]["before"]["battery_c"], float) for t in trials)
     assert {t["result"]["engine_version"].endswith("(emulated Metal on CPU)") for t in trials} == {True, False}
     assert one["model"] == two["model"] == f"models/{key}/{MODEL.name}"
-    assert one["chip_class"] == two["chip_class"] == "A18 Pro"
+    assert one["info"]["chip_class"] == two["info"]["chip_class"] == "A18 Pro"  # what the phone said (prepared.info)
     # the audit (and every table) names the chip the phone reported, not the fleet's (it has none here)
     run_id = sorted((tmp_path / "results").glob("*/journal.jsonl"))[0].parent.name
     audited = subprocess.run([str(ORCH), "audit", run_id, "--results", str(tmp_path / "results"), "--ceilings",

@@ -16,7 +16,7 @@ from typing import Protocol
 from orchestrator.config.fleet import HostDeviceConfig
 from orchestrator.devices.base import Device
 from orchestrator.devices.interference import CpuSample, read_cpu
-from orchestrator.protocol import TrialResult, TrialSpec
+from orchestrator.protocol import TrialResult, TrialSpec, for_harness
 from orchestrator.protocol.device import (
     ArtifactFile,
     Artifacts,
@@ -279,7 +279,7 @@ class HostDevice(Device):
         spec_path, out_path = f"{base}/specs/{spec.trial_id}.json", f"{base}/results/{spec.trial_id}.json"
         with tempfile.TemporaryDirectory() as tmp:
             local_spec = Path(tmp) / "spec.json"
-            local_spec.write_text(spec.model_dump_json())
+            local_spec.write_text(for_harness(spec).model_dump_json())
             try:
                 await self.runner.put(local_spec, spec_path)
                 # one round trip: the results folder, and no stale result an earlier attempt left

@@ -171,6 +171,17 @@ class TrialResult(_Strict):
         return self.bytes_per_decode_token * rate / 1e9
 
 
+# orch runtimes whose harness engine has another name: llama.cpp inside the harness is its `llamacpp`
+# engine, while the runtime `llamacpp` is the out-of-process adapter.
+HARNESS_ENGINE_NAMES = {"harness-llamacpp": "llamacpp"}
+
+
+def for_harness(spec: TrialSpec) -> TrialSpec:
+    """The spec as the harness reads it: `engine` is the harness's name for the arm's runtime."""
+    name = HARNESS_ENGINE_NAMES.get(spec.engine)
+    return spec.model_copy(update={"engine": name}) if name else spec
+
+
 def parse_result(raw: bytes | str) -> TrialResult:
     """Parse harness output; raises ``ValueError`` with a readable reason on garbage."""
     try:

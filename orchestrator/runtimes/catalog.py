@@ -87,6 +87,11 @@ register(Runtime("rawloop-cpu", "harness", "the harness's CPU raw loop (Swift)",
                  runs_on=("host", "iphone"), builtin=_HARNESS))
 register(Runtime("rawloop-metal", "harness", "the harness's Metal raw loop (Swift, Apple GPUs)", "raw loop (Metal)",
                  runs_on=("iphone",)))
+# llama.cpp inside the harness: its `llamacpp` engine (protocol.HARNESS_ENGINE_NAMES maps the name);
+# the runtime `llamacpp` below is the out-of-process adapter. Built where `make llama` linked llama.cpp.
+register(Runtime("harness-llamacpp", "harness", "llama.cpp inside the harness (its llamacpp engine)",
+                 "llama.cpp (in the harness)", runs_on=("host", "iphone"),
+                 builtin="the harness built with llama.cpp (make llama; docs/llamacpp-engine.md)"))
 register(Runtime("coreai", "app", "Apple's on-device engine, optionally with custom kernels", "Apple engine"))
 register(Runtime(
     "llamacpp", "driver", "llama.cpp", "llama.cpp", runs_on=("host",), adapter=llamacpp.ADAPTER,

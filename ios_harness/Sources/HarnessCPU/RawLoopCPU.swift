@@ -1,5 +1,6 @@
 import Foundation
 import HarnessCore
+import HarnessModel
 
 /// The CPU raw loop: a llama decoder over GGUF Q8_0 / Q4_0 (F32 also read) weights, greedy.
 ///

@@ -1,5 +1,6 @@
 import Foundation
 import HarnessCore
+import HarnessModel
 
 /// Measures the read bandwidth a matvec can hope for: buffers far larger than the last-level
 /// cache, read with the raw loop's own thread split, in the layouts of Q8_0 and Q4_0 rows.

@@ -1,5 +1,5 @@
 import HarnessCore
-import HarnessCPU
+import HarnessModel
 
 /// What the Metal raw loop keeps on the device, sized before anything is allocated and checked
 /// against the device's working-set budget (`recommendedMaxWorkingSetSize`): a run that cannot

@@ -1,6 +1,6 @@
 import Foundation
 import HarnessCore
-import HarnessCPU
+import HarnessModel
 
 /// The model file as no-copy Metal buffers over the loaded GGUF. One buffer when the device
 /// allows one that large; otherwise several page-aligned views of the file, each at most

@@ -1,6 +1,6 @@
 import Foundation
 import HarnessCore
-import HarnessCPU
+import HarnessModel
 
 /// The Metal raw loop: the same llama decoder as `RawLoopCPU`, the same GGUF reader and config,
 /// the same forward order, on the GPU. One command buffer per forward (a decode token or a

@@ -2,11 +2,19 @@ import Foundation
 import HarnessCore
 import HarnessCPU
 import HarnessMetal
+#if HARNESS_LLAMA
+import HarnessLlama
+#endif
 
-/// The engines this binary carries.
+/// The engines this binary carries: the raw loops always, llama.cpp where the build links it
+/// (`HARNESS_LLAMA`: see Package.swift).
 struct BuiltinEngines: EngineFactory {
     var engineNames: [String] {
-        [RawLoopCPU.engineName, RawLoopMetal.engineName]
+        var names = [RawLoopCPU.engineName, RawLoopMetal.engineName]
+        #if HARNESS_LLAMA
+        names.append(LlamaCpp.engineName)
+        #endif
+        return names
     }
 
     /// What `rawloop-metal` runs on: `{"device": name, "emulated": bool}` in `harness info`
@@ -20,12 +28,25 @@ struct BuiltinEngines: EngineFactory {
         MetalPlatform.deviceName.map { MetalInfo(device: $0, emulated: MetalPlatform.emulated) }
     }
 
+    /// Which llama.cpp the `llamacpp` engine links (`harness info`), when the build has it.
+    static var llamacpp: (any Encodable)? {
+        #if HARNESS_LLAMA
+        return LlamaBuild.current
+        #else
+        return nil
+        #endif
+    }
+
     func make(spec: TrialSpec, tuning: [String: TuningValue]) throws -> (engine: any Engine, coldCaches: [String]) {
         switch spec.engine {
         case RawLoopCPU.engineName:
             return try RawLoopCPU.make(spec: spec, tuning: tuning)
         case RawLoopMetal.engineName:
             return try RawLoopMetal.make(spec: spec, tuning: tuning)
+        #if HARNESS_LLAMA
+        case LlamaCpp.engineName:
+            return try LlamaCpp.make(spec: spec, tuning: tuning)
+        #endif
         default:
             throw HarnessError(.badSpec, "engine '\(spec.engine)' is not in this build")
         }

@@ -90,16 +90,28 @@ case "info":
         let protocolSchemaVersion: Int
         let engines: [String]
         let metal: BuiltinEngines.MetalInfo?
+        let llamacpp: (any Encodable)?
         let host: HostInfo
         enum CodingKeys: String, CodingKey {
-            case engines, host, metal
+            case engines, host, metal, llamacpp
             case harnessBuild = "harness_build"
             case protocolSchemaVersion = "protocol_schema_version"
+        }
+
+        func encode(to encoder: any Encoder) throws {
+            var c = encoder.container(keyedBy: CodingKeys.self)
+            try c.encode(harnessBuild, forKey: .harnessBuild)
+            try c.encode(protocolSchemaVersion, forKey: .protocolSchemaVersion)
+            try c.encode(engines, forKey: .engines)
+            try c.encodeIfPresent(metal, forKey: .metal)
+            if let llamacpp { try c.encode(llamacpp, forKey: .llamacpp) }
+            try c.encode(host, forKey: .host)
         }
     }
     let info = Info(
         harnessBuild: HarnessBuild.id, protocolSchemaVersion: protocolSchemaVersion,
-        engines: BuiltinEngines().engineNames, metal: BuiltinEngines.metal, host: HostInfo.current())
+        engines: BuiltinEngines().engineNames, metal: BuiltinEngines.metal, llamacpp: BuiltinEngines.llamacpp,
+        host: HostInfo.current())
     Console.line(String(decoding: try! ProtocolJSON.encoder(pretty: true).encode(info), as: UTF8.self))
 default:
     fail(args.command.map { "unknown command '\($0)'" } ?? "no command")

@@ -2,6 +2,7 @@ import Foundation
 import Testing
 @testable import HarnessCore
 @testable import HarnessCPU
+@testable import HarnessModel
 
 @Suite struct GGUFTests {
     @Test func readsTheFixtureHeader() throws {

@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import HarnessCPU
+@testable import HarnessModel
 
 /// The SIMD kernels against a scalar dequantize-then-dot, and the four-column kernels against
 /// the one-column kernel bit for bit.

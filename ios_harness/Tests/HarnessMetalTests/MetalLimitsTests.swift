@@ -2,6 +2,7 @@ import Foundation
 import Testing
 @testable import HarnessCore
 @testable import HarnessCPU
+@testable import HarnessModel
 @testable import HarnessMetal
 
 /// The engine against device limits: memory sized to the run and checked against the device's

@@ -31,7 +31,7 @@ from orchestrator.devices.iphone.paths import (
     spec_place,
 )
 from orchestrator.devices.iphone.telemetry import ThermalProbe, battery, last_thermal
-from orchestrator.protocol import ThermalState, TrialResult, TrialSpec
+from orchestrator.protocol import ThermalState, TrialResult, TrialSpec, for_harness
 from orchestrator.protocol.device import (
     ArtifactFile,
     Artifacts,
@@ -346,7 +346,7 @@ class IphoneDevice(Device):
             return TrialFailure(kind="launch_failed", message=str(exc))
         args = ["--spec", spec_at.app, "--out", result_at.app]
         started = self.clock.wall()
-        outcome = await self._launch(bundle, args, spec.trial_id, result_at, timeout, spec=spec)
+        outcome = await self._launch(bundle, args, spec.trial_id, result_at, timeout, spec=for_harness(spec))
         if outcome.kind == "done" and outcome.raw is not None:
             mapped = result_or_failure(outcome.raw, spec)
             if isinstance(mapped, TrialResult) and (state := last_thermal(mapped)) is not None:

@@ -1,3 +1,5 @@
+import HarnessModel
+
 /// Row-dot kernels. Every kernel keeps one fixed accumulation order per output scalar:
 /// blocks in K order into one 8-lane float accumulator, lanes summed by `SIMD8.sum()` at the
 /// end. The multi-column variants run exactly the per-column operations of the one-column
@@ -18,11 +20,7 @@ enum Kernels {
     /// a don't-care register, which it may pick as the accumulator, chaining every block to the
     /// previous one (measured: 3x slower kernels).
     @inline(__always)
-    static func half(_ p: UnsafeRawPointer) -> Float {
-        let h = UInt32(p.loadUnaligned(as: UInt16.self))
-        let magnitude = Float(bitPattern: (h & 0x7FFF) &<< 13) * 0x1p112
-        return Float(bitPattern: magnitude.bitPattern | ((h & 0x8000) &<< 16))
-    }
+    static func half(_ p: UnsafeRawPointer) -> Float { GGMLType.half(p) }
 
     /// Converts a repacked row's `blocks` f16 scales (at `scales`) into `ws`, eight at a time;
     /// `ws[blocks]` is set to 0 (the empty half of an odd Q4_0 pair).

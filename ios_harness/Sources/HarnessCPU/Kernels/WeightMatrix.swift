@@ -1,4 +1,5 @@
 import HarnessCore
+import HarnessModel
 import HarnessKernels
 
 /// Which row-dot kernels run the quantized matrices.
@@ -25,20 +26,17 @@ struct WeightMatrix {
 
     var byteCount: Int { rows * rowBytes }
 
+    init(_ m: MatrixLayout, in file: GGUFFile) {
+        name = m.name
+        data = file.data(m.tensor)
+        rows = m.rows
+        cols = m.cols
+        type = m.type
+        rowBytes = m.rowBytes
+    }
+
     init(_ tensor: GGUFTensor, in file: GGUFFile, rows: Int, cols: Int) throws {
-        guard tensor.dims.count == 2, tensor.dims[0] == cols, tensor.dims[1] == rows else {
-            throw HarnessError(.badModel, "tensor \(tensor.name) has shape \(tensor.dims), expected [\(cols), \(rows)]")
-        }
-        guard [.f32, .q8_0, .q4_0].contains(tensor.type) else {
-            throw HarnessError(.badModel, "tensor \(tensor.name) is \(tensor.type); rawloop-cpu reads Q8_0, Q4_0 and F32 matrices")
-        }
-        guard cols % 32 == 0 else { throw HarnessError(.badModel, "tensor \(tensor.name) rows are not a multiple of 32") }
-        name = tensor.name
-        data = file.data(tensor)
-        self.rows = rows
-        self.cols = cols
-        type = tensor.type
-        rowBytes = cols / type.block.elements * type.block.bytes
+        self.init(try MatrixLayout(tensor, rows: rows, cols: cols), in: file)
     }
 
     /// out[c * outStride + r] = row r . column c, for r in `range`, c in 0..<input.columns.
@@ -142,34 +140,7 @@ struct WeightMatrix {
 
     /// Row `r` as floats (the embedding lookup), in either order.
     func dequantizeRow(_ r: Int, into out: UnsafeMutablePointer<Float>) {
-        let row = data + r * rowBytes
-        let nb = cols / 32
-        // Byte offsets of block b's scale and quants.
-        func at(_ b: Int, _ quant: Int) -> (scale: Int, quants: Int) {
-            repacked ? (b * 2, nb * 2 + b * quant) : (b * (quant + 2), b * (quant + 2) + 2)
-        }
-        switch type {
-        case .f32:
-            out.update(from: row.assumingMemoryBound(to: Float.self), count: cols)
-        case .q8_0:
-            for b in 0..<nb {
-                let (s, q) = at(b, 32)
-                let d = Kernels.half(row + s)
-                for i in 0..<32 { out[b * 32 + i] = d * Float(row.load(fromByteOffset: q + i, as: Int8.self)) }
-            }
-        case .q4_0:
-            for b in 0..<nb {
-                let (s, qs) = at(b, 16)
-                let d = Kernels.half(row + s)
-                for j in 0..<16 {
-                    let q = row.load(fromByteOffset: qs + j, as: UInt8.self)
-                    out[b * 32 + j] = d * Float(Int(q & 0xF) - 8)
-                    out[b * 32 + j + 16] = d * Float(Int(q >> 4) - 8)
-                }
-            }
-        case .f16:
-            fatalError("F16 matrices are rejected at load")
-        }
+        type.dequantize(row: data + r * rowBytes, cols: cols, scalesFirst: repacked, into: out)
     }
 
     /// Reorders every GGUF row of `rows` x `cols` at `data` in place from blocks of

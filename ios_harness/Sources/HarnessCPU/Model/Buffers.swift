@@ -1,3 +1,5 @@
+import HarnessModel
+
 /// Activation buffers for chunks of up to `columns` tokens, and the KV cache.
 final class Buffers {
     let columns: Int

@@ -1,4 +1,5 @@
 import Foundation
+import HarnessModel
 
 /// The elementwise and attention operations of a llama block, each with one fixed
 /// accumulation order per output so results do not depend on chunk width or thread count.

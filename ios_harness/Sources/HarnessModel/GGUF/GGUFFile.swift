@@ -8,7 +8,7 @@ public enum GGMLType: UInt32, Sendable, CustomStringConvertible {
     case q8_0 = 8
 
     /// Elements per block and bytes per block.
-    var block: (elements: Int, bytes: Int) {
+    public var block: (elements: Int, bytes: Int) {
         switch self {
         case .f32: return (1, 4)
         case .f16: return (1, 2)
