@@ -372,7 +372,7 @@ def import_cmd(
         ImportFormat.auto),
     history: Annotated[Path, typer.Option(help="History dataset")] = Path("results/history"),
     model: Annotated[str | None, typer.Option(help="The model, where a file does not name it (mlx-lm)")] = None,
-    device: Annotated[str | None, typer.Option(help="The device measured (files name none; llama-bench its CPU)")] = None,
+    device: Annotated[str | None, typer.Option(help="The device measured (llama-bench names its CPU)")] = None,
     as_json: AsJson = False,
 ) -> None:
     """Bring other tools' results into a history, marked imported: shown apart, never in an alarm, verdict or rank."""

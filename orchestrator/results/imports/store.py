@@ -108,4 +108,6 @@ def load(history: Path | None) -> pd.DataFrame:
         return pd.DataFrame(columns=[*COLUMNS, "night"])
     sql = (f"SELECT * EXCLUDE (filename, file_row_number) FROM {history_db.scan(history, KIND, rows=True)} "
            "ORDER BY night, imported_at, import_id, file_row_number")
-    return history_db.query(sql).to_pandas()
+    frame = history_db.query(sql).to_pandas()
+    frame["samples_tok_s"] = [[float(v) for v in a] if a is not None else [] for a in frame["samples_tok_s"]]
+    return frame
