@@ -1,4 +1,4 @@
-"""`orch audit | rank | nightly | export-tuning | report`: what the runs are for. Parse, call, print.
+"""`orch audit | rank | nightly | export-tuning | report | publish | import`: what the runs are for. Parse, call, print.
 
 Exit codes: 0 ok, 1 nightly alarm, 2 bad input, 3 the machine refused or the night failed (one line says why).
 """

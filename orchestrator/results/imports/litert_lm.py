@@ -86,6 +86,6 @@ def parse(text: str, path: str) -> list[Measurement]:
         out.append(Measurement(
             source_format="litert-lm", line=line, runtime="litert-lm",
             test=f"pp{n_prompt}" if n_prompt else f"tg{n_gen}", phase=phase, n_prompt=n_prompt, n_gen=n_gen,
-            tok_s=value, model=PurePath(model_path).name if model_path else name, settings=settings,
+            tok_s=value, model=name or (PurePath(model_path).name if model_path else None), settings=settings,
         ).check(path))
     return out

@@ -154,9 +154,7 @@ def _markdown(text: str, path: str) -> list[Measurement]:
     for i in range(head_at + 1, len(lines)):
         s = lines[i].strip()
         if not s.startswith("|"):
-            if out or i > head_at + 1:
-                break  # the table ends at its first line that is not a row
-            continue
+            break  # the table ends at its first line that is not a row
         cells = _cells(s)
         if all(set(c) <= set("-:") for c in cells):
             continue  # the |---|---:| rule under the header

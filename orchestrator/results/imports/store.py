@@ -92,7 +92,7 @@ def write(history: Path, frame: pd.DataFrame) -> tuple[Path, ...]:
         folder = history / KIND / f"night={night}"
         folder.mkdir(parents=True, exist_ok=True)
         name = f"{part['import_id'].iloc[0]}.parquet"
-        table = pa.Table.from_pandas(part[COLUMNS], schema=_schema(), preserve_index=False)  # type: ignore[arg-type]
+        table = pa.Table.from_pandas(part[COLUMNS], schema=_schema(), preserve_index=False)
         tmp = folder / f".{name}.tmp"
         pq.write_table(table, tmp)
         tmp.replace(folder / name)
