@@ -45,7 +45,9 @@ def test_llama_bench_json_holds_every_test_with_its_repetitions() -> None:
         assert row.n_prompt == obj["n_prompt"] and row.n_gen == obj["n_gen"] and row.runtime == "llamacpp"
         assert row.model == Path(obj["model_filename"]).name and row.measured_at == obj["test_time"]
         assert row.build == f"{obj['build_commit']} ({obj['build_number']})"
-    assert {r.phase for r in rows} == {"prefill", "decode"}
+    assert [(r.test, r.phase) for r in rows] == [
+        ("pp64", "prefill"), ("tg16", "decode"), ("pp64+tg16", "prefill+decode"), ("pp64 @ d32", "prefill"),
+        ("tg16 @ d32", "decode"), ("pp64+tg16 @ d32", "prefill+decode")]  # -p 64 -n 16 -pg 64,16 -d 0,32
     # Each test object starts on its own line: the line an error or a row points at.
     lines = LLAMA["json"].read_text().splitlines()
     assert all(lines[r.line - 1].strip().startswith("{") for r in rows)
@@ -124,6 +126,9 @@ def test_cut_or_broken_llama_bench_files_are_refused_at_their_line(tmp_path: Pat
     cut.write_text(text[: text.rindex("}") + 1] + ",\n")  # stopped after its last test, before "]"
     err = located(cut)
     assert err.line == len(cut.read_text().splitlines()) + 1 and "ends without ']'" in err.what
+    # Captured: llama-bench prints the array's "[" before loading the model, then exits 1.
+    missing = located(LLAMA["json"].with_name("llama-bench-missing-model.json"))
+    assert missing.line == 2 and "wrote no test" in missing.what
     broken = tmp_path / "broken.jsonl"
     lines = LLAMA["jsonl"].read_text().splitlines()
     broken.write_text("\n".join([lines[0], lines[1][: len(lines[1]) // 2], *lines[2:]]) + "\n")

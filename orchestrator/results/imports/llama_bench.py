@@ -77,8 +77,10 @@ def _json_array(text: str, path: str) -> list[tuple[int, dict[str, Any]]]:
         while pos < len(text) and text[pos] in " \t\r\n,":
             pos += 1
         if pos >= len(text):
-            raise ImportInputError(path, _line_at(text, pos), "the JSON array ends without ']' (llama-bench was "
-                                                              "stopped before it finished?)")
+            why = ("llama-bench wrote no test (it failed before the first: a model it could not load?)" if not rows
+                   else f"the JSON array ends without ']' after {len(rows)} test(s): llama-bench stopped before "
+                        "it finished")
+            raise ImportInputError(path, _line_at(text, pos), f"{why}; nothing imported")
         if text[pos] == "]":
             if text[pos + 1:].strip():
                 raise ImportInputError(path, _line_at(text, pos + 1), "text after the JSON array")
