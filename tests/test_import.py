@@ -12,6 +12,7 @@ from conftest import ROOT
 from typer.testing import CliRunner
 
 from orchestrator.cli import app
+from orchestrator.report.machine import DOCUMENTS
 from orchestrator.results.imports import ImportInputError, detect, parse_file, parse_text
 from orchestrator.results.imports.store import COLUMNS, load
 
@@ -159,7 +160,8 @@ def test_orch_import_writes_marked_rows_once(tmp_path: Path) -> None:
     res = runner.invoke(app, ["import", *files, "--history", str(history), "--model", "llama-m110-s0",
                               "--device", "ci-linux", "--json"])
     assert res.exit_code == 0, res.output
-    body = json.loads(res.stdout)
+    body = json.loads(res.stdout)  # one document, as every command's --json (report/machine.py)
+    assert list(body) == ["schema", "version", *DOCUMENTS["import"]] and list(body["rows"][0]) == [*COLUMNS, "night"]
     assert body["schema"] == "orch.import" and [f["source_format"] for f in body["files"]] == [
         "llama-bench", "mlx-lm", "litert-lm"]
     rows = load(history)
