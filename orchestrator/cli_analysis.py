@@ -371,8 +371,8 @@ def import_cmd(
     fmt: Annotated[ImportFormat, typer.Option("--format", help="Which tool printed them (auto: by content)")] = (
         ImportFormat.auto),
     history: Annotated[Path, typer.Option(help="History dataset")] = Path("results/history"),
-    model: Annotated[str | None, typer.Option(help="The model, where a file does not name it (mlx-lm)")] = None,
-    device: Annotated[str | None, typer.Option(help="The device measured (llama-bench names its CPU)")] = None,
+    model: Annotated[str | None, typer.Option(help="The model (mlx-lm names none; overrides a file's)")] = None,
+    device: Annotated[str | None, typer.Option(help="The device measured (overrides llama-bench's CPU name)")] = None,
     as_json: AsJson = False,
 ) -> None:
     """Bring other tools' results into a history, marked imported: shown apart, never in an alarm, verdict or rank."""
@@ -380,8 +380,9 @@ def import_cmd(
 
     try:
         done = import_files(files, history, lambda: datetime.now(UTC), fmt.value, model, device)
-    except ImportRefused as exc:
-        _bad_input(f"{exc}\nnothing imported")
+    except ImportRefused as exc:  # one line per bad file (grep-able), then what became of the rest
+        err.print(f"{exc}\nnothing imported", markup=False, highlight=False, soft_wrap=True)
+        raise typer.Exit(2) from None
     rows = pd.concat([f.rows for f in done], ignore_index=True)
     if as_json:
         _document("import", None, history=str(history), files=[

@@ -44,7 +44,7 @@ class Measurement:
         """Refuse a speed that is no speed (zero, negative, NaN): the tool measured nothing."""
         if not (math.isfinite(self.tok_s) and self.tok_s > 0):
             raise ImportInputError(path, self.line, f"{self.test}: tok/s {self.tok_s} is no measurement "
-                                                    "(the tool reported no speed): nothing imported")
+                                                    "(the tool reported no speed)")
         return self
 
 

@@ -44,12 +44,10 @@ def parse(text: str, path: str) -> list[Measurement]:
     for i, s in enumerate(lines):
         if m := MISSING.match(s):
             raise ImportInputError(path, i + 1, f"LiteRT-LM benchmarked nothing: it could not find the model "
-                                                f"{m['model']} (in {m['path']}); the tool still exits 0. "
-                                                "Nothing imported")
+                                                f"{m['model']} (in {m['path']}); the tool still exits 0")
         if s == FAILED:
             last = next((x for x in reversed(lines[i + 1:]) if x), "no detail")
-            raise ImportInputError(path, i + 1, f"LiteRT-LM benchmarking failed ({last}); the tool still exits 0. "
-                                                "Nothing imported")
+            raise ImportInputError(path, i + 1, f"LiteRT-LM benchmarking failed ({last}); the tool still exits 0")
     head = next(((i + 1, m) for i, s in enumerate(lines) if (m := MODEL.match(s))), None)
     if head is None:
         raise ImportInputError(path, 1, "no 'Benchmarking model:' line: not a litert-lm benchmark output")

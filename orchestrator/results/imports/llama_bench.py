@@ -80,7 +80,7 @@ def _json_array(text: str, path: str) -> list[tuple[int, dict[str, Any]]]:
             why = ("llama-bench wrote no test (it failed before the first: a model it could not load?)" if not rows
                    else f"the JSON array ends without ']' after {len(rows)} test(s): llama-bench stopped before "
                         "it finished")
-            raise ImportInputError(path, _line_at(text, pos), f"{why}; nothing imported")
+            raise ImportInputError(path, _line_at(text, pos), why)
         if text[pos] == "]":
             if text[pos + 1:].strip():
                 raise ImportInputError(path, _line_at(text, pos + 1), "text after the JSON array")

@@ -65,7 +65,7 @@ def parse(text: str, path: str) -> list[Measurement]:
         raise ImportInputError(path, at, "no 'Trial N:' line after the timing line: the benchmark did not run")
     if averages is None:
         raise ImportInputError(path, trials[-1][0], f"no 'Averages:' line after trial {len(trials)}: the benchmark "
-                                                    "stopped before it finished (nothing imported)")
+                                                    "stopped before it finished")
     line, avg = averages
     out = []
     suffix = f" x b{batch}" if batch > 1 else ""
