@@ -72,6 +72,7 @@ test: lint typecheck swift pytest
 
 lint: $(STAMP)
 	$(BIN)/ruff check orchestrator tests bench
+	$(BIN)/lint-imports
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

@@ -24,11 +24,12 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from orchestrator.analysis.gating import gates_of  # noqa: E402
 from orchestrator.models.maker import default_cache_dir, make_model  # noqa: E402
 from orchestrator.results import load_trials  # noqa: E402
 from orchestrator.results.store import RunDir  # noqa: E402
 from orchestrator.runtimes.envs import installed  # noqa: E402
-from orchestrator.runtimes.gating import gates_of  # noqa: E402
+from orchestrator.runtimes.gater import Gater  # noqa: E402
 
 OUT = ROOT / "bench" / "results"
 ORCH = str(ROOT / ".venv" / "bin" / "orch")
@@ -75,7 +76,7 @@ def measure(klass: str, model: Path, runtimes: list[str], blocks: int, threads: 
     run = RunDir(max((p for p in results.iterdir() if p.is_dir() and klass.replace("_", "").lower() in p.name),
                      key=lambda p: p.name))
     trials = load_trials(run.path)
-    gates = gates_of(run).set_index("arm")  # computed by the run itself
+    gates = gates_of(run, Gater()).set_index("arm")  # computed by the run itself
     rows = []
     for rt in runtimes:
         t = trials[(trials["arm"] == rt)]

@@ -8,9 +8,11 @@ from typing import TextIO
 
 from orchestrator.config.fleet import Fleet
 from orchestrator.devices import open_device
-from orchestrator.devices.agent import AgentError, Pushed, Reply, Request
-from orchestrator.devices.base import Device, DeviceUnavailable
+from orchestrator.devices.agent import AgentCpu, AgentError, Pushed, Reply, Request
+from orchestrator.devices.base import Device
 from orchestrator.protocol import TrialResult
+from orchestrator.protocol.device import DeviceUnavailable
+from orchestrator.runtimes import catalog
 
 
 def _send(stdout: TextIO, reply: Reply) -> None:
@@ -24,7 +26,7 @@ async def _handle(req: Request, device: Device | None, stdout: TextIO) -> tuple[
             return Reply(id=req.id, error=AgentError(kind="bad_request", message="open needs a device")), device
         if device is not None:
             await device.close()
-        opened, _clock = open_device(Fleet(devices=[req.device]), req.device.id)
+        opened, _clock = open_device(Fleet(devices=[req.device]), req.device.id, launchers=catalog.adapter_for)
         return Reply(id=req.id), opened
     if device is None:
         return Reply(id=req.id, error=AgentError(kind="bad_request", message="no device open")), None
@@ -40,6 +42,13 @@ async def _handle(req: Request, device: Device | None, stdout: TextIO) -> tuple[
         return Reply(id=req.id, report=await device.prepare(req.artifacts, progress=pushed)), device
     if req.op == "telemetry":
         return Reply(id=req.id, telemetry=await device.telemetry()), device
+    if req.op == "probe":
+        return Reply(id=req.id, probe=await device.probe()), device
+    if req.op == "throttle_probe":
+        return Reply(id=req.id, throughput=await device.throttle_probe()), device
+    if req.op == "cpu_sample":
+        sample = await device.cpu_sample()
+        return Reply(id=req.id, cpu=AgentCpu.of(sample) if sample is not None else None), device
     if req.op == "health":
         return Reply(id=req.id, health=await device.health()), device
     if req.op == "run_trial":

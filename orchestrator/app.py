@@ -20,23 +20,15 @@ import pandas as pd
 
 from orchestrator.analysis import noise
 from orchestrator.analysis.devicetime import costs
+from orchestrator.analysis.gating import gates_of
 from orchestrator.analysis.pooled import class_verdicts
 from orchestrator.analysis.summary import verdicts
-from orchestrator.artifacts import (
-    artifacts_for,
-    deploys,
-    model_file,
-    model_problem,
-    sha256_file,
-    tuning_file,
-    tuning_problem,
-)
 from orchestrator.config.fleet import Fleet, HostDeviceConfig, IphoneDeviceConfig
 from orchestrator.config.loader import ConfigError, Problem, key_line, load_fleet, load_plan
 from orchestrator.config.plan import Plan
 from orchestrator.config.sim import SimDeviceConfig
 from orchestrator.devices import open_device
-from orchestrator.devices.base import Artifacts, DeviceInfo, DeviceUnavailable, Health, Telemetry
+from orchestrator.protocol.device import Artifacts, DeviceInfo, DeviceUnavailable, Health, Telemetry
 from orchestrator.results.journal import Journal
 from orchestrator.results.records import (
     EARLY_STOPS,
@@ -59,8 +51,17 @@ from orchestrator.results.store import (
     write_atomic,
     write_registry,
 )
-from orchestrator.runtimes import RUNTIMES
-from orchestrator.runtimes.gating import gates_of
+from orchestrator.runtimes import catalog
+from orchestrator.runtimes.artifacts import (
+    artifacts_for,
+    deploys,
+    model_file,
+    model_problem,
+    sha256_file,
+    tuning_file,
+    tuning_problem,
+)
+from orchestrator.runtimes.gater import Gater
 from orchestrator.schedule import SessionState, resume_state, run_sessions, session_plan
 from orchestrator.schedule.pool import classes, fleet_chips, share
 from orchestrator.schedule.session import Observer
@@ -90,25 +91,26 @@ def cross_check(fleet: Fleet, plan: Plan, fleet_path: Path, plan_path: Path) -> 
         problems.append(Problem(str(path), key_line(path, *loc), field, message))
 
     for i, arm in enumerate(plan.arms):
-        if arm.runtime not in RUNTIMES:
-            at(plan_path, f"arms[{i}].runtime", f"unknown runtime {arm.runtime!r} (known: {', '.join(RUNTIMES)})",
-               "arms", i, "runtime")
+        if catalog.get(arm.runtime) is None:
+            at(plan_path, f"arms[{i}].runtime",
+               f"unknown runtime {arm.runtime!r} (known: {', '.join(catalog.CATALOG)})", "arms", i, "runtime")
     ids = [d.id for d in fleet.devices]
     for i, dev_id in enumerate(plan.devices or []):
         if dev_id not in ids:
             at(plan_path, f"devices[{i}]", f"no device {dev_id!r} in {fleet_path}", "devices", i)
+    host, iphone = catalog.runs_on("host"), catalog.runs_on("iphone")
     for i, dev in enumerate(fleet.devices):
         if plan.devices is not None and dev.id not in plan.devices:
             continue
         for j, arm in enumerate(plan.arms):
-            if isinstance(dev, HostDeviceConfig) and arm.runtime not in host_runtimes():
+            if isinstance(dev, HostDeviceConfig) and arm.runtime not in host:
                 at(plan_path, f"arms[{j}].runtime",
-                   f"host device {dev.id!r} runs {', '.join(host_runtimes())} only, not {arm.runtime!r}",
+                   f"host device {dev.id!r} runs {', '.join(host)} only, not {arm.runtime!r}",
                    "arms", j, "runtime")
-            elif isinstance(dev, IphoneDeviceConfig) and arm.runtime not in (*IPHONE_RUNTIMES, *dev.engine_apps):
+            elif isinstance(dev, IphoneDeviceConfig) and arm.runtime not in (*iphone, *dev.engine_apps):
                 at(fleet_path, f"devices[{i}].engine_apps",
                    f"iphone {dev.id!r}: no app runs {arm.runtime!r} (plan arm {arm.name!r}); the harness app runs "
-                   f"{', '.join(IPHONE_RUNTIMES)}: map others in engine_apps", "devices", i)
+                   f"{', '.join(iphone)}: map others in engine_apps", "devices", i)
             elif isinstance(dev, SimDeviceConfig) and arm.runtime not in dev.runtimes:
                 at(fleet_path, f"devices[{i}].runtimes",
                    f"no ground truth for runtime {arm.runtime!r} (plan arm {arm.name!r})", "devices", i, "runtimes")
@@ -118,39 +120,13 @@ def cross_check(fleet: Fleet, plan: Plan, fleet_path: Path, plan_path: Path) -> 
         if (why := tuning_problem(arm)) is not None:
             at(plan_path, f"arms[{i}].tuning_table", why, "arms", i, "tuning_table")
     for k, name in enumerate(plan.trial.clear_caches):
-        known = [clearable(arm.runtime) for arm in plan.arms]
-        if all(caches is not None and name not in caches for caches in known):
-            names = sorted({c for caches in known for c in caches or ()})
+        clears = [entry.caches if (entry := catalog.get(arm.runtime)) else None for arm in plan.arms]
+        if all(caches is not None and name not in caches for caches in clears):
+            names = sorted({c for caches in clears for c in caches or ()})
             at(plan_path, f"trial.clear_caches[{k}]", f"no arm's runtime has a cache {name!r} to clear "
                f"(they have: {', '.join(names) or 'none'})", "trial", "clear_caches", k)
     if problems:
         raise ConfigError(problems)
-
-
-def clearable(runtime: str) -> tuple[str, ...] | None:
-    """The caches a runtime can clear before a trial; None where orch cannot tell (engines in apps)."""
-    from orchestrator.devices.host import HARNESS_CACHES
-    from orchestrator.runtimes.base import adapter_for
-    from orchestrator.runtimes.process import DriverAdapter
-
-    if runtime.startswith("rawloop-"):
-        return HARNESS_CACHES
-    adapter = adapter_for(runtime)
-    if isinstance(adapter, DriverAdapter):
-        return ("page_cache", *adapter.cache_names)
-    return () if adapter is not None else None
-
-
-def host_runtimes() -> tuple[str, ...]:
-    """The harness CLI's engines and every runtime with a host adapter."""
-    from orchestrator.devices.host import HARNESS_ENGINES
-    from orchestrator.runtimes.base import ADAPTERS
-
-    return (*HARNESS_ENGINES, *ADAPTERS)
-
-
-
-IPHONE_RUNTIMES = ("rawloop-metal", "rawloop-cpu")  # what the harness app itself runs
 
 
 @dataclass(frozen=True)
@@ -169,7 +145,7 @@ async def survey(fleet: Fleet, timeout: float = 60.0) -> list[DeviceRow]:
     async def one(dev_id: str) -> DeviceRow:
         cfg = fleet.device(dev_id)
         info, reading = None, None
-        device, _clock = open_device(fleet, dev_id)
+        device, _clock = open_device(fleet, dev_id, launchers=catalog.adapter_for)
         try:
             health = await asyncio.wait_for(device.health(), timeout)
             if health.state == "ok":
@@ -261,7 +237,7 @@ def start_run(manifest: Manifest, results: Path) -> RunDir:
     return create_run(results, manifest)
 
 
-async def execute(run: RunDir, *, observe: Observer = lambda d, r: None) -> RunOutcome:
+async def execute(run: RunDir, *, observe: Observer = lambda d, r: None, accept_change: bool = False) -> RunOutcome:
     """Run (or resume) every session that has not ended; then derive trials.parquet and verdicts.csv.
     Holds the run's lock throughout (RunLocked if another process writes it); a journal that cannot
     be written (JournalWriteError) stops every session at once, the journal whole up to that point."""
@@ -276,8 +252,9 @@ async def execute(run: RunDir, *, observe: Observer = lambda d, r: None) -> RunO
             # Simulated noise follows the run's seed (reproducible), and is fresh for each resumption.
             stream = manifest.seed + sum(1 for r in records if isinstance(r, RunStarted))
             await run_sessions(
-                manifest, journal, lambda d: open_device(manifest.fleet, d, stream=stream), states, observe=observe,
-                artifacts=artifacts, records=records,
+                manifest, journal,
+                lambda d: open_device(manifest.fleet, d, stream=stream, launchers=catalog.adapter_for), states,
+                observe=observe, artifacts=artifacts, records=records, accept_change=accept_change,
             )
             status = "completed" if all_ran(stop_reasons(manifest, run.records())) else "incomplete"
             journal.append(RunFinished(status=status, wall=datetime.now(UTC).timestamp()))
@@ -345,10 +322,11 @@ def derive(run: RunDir) -> RunOutcome:
 
 
 def _derive(run: RunDir, *, save: bool, why: str | None = None) -> RunOutcome:
-    """The tables from the journal; the token gates are recomputed only when the journal has changed
-    since they were written."""
+    """The tables from the journal, stamped with the journal's length and digest (derived.json, written
+    last); the token gates are recomputed only when the journal has changed since they were written."""
     manifest = run.manifest()
     reading = run.read(manifest)
+    made_from = run.journal_stamp() if save and run.journal_path.is_file() else None  # locked: as it was read
     records = reading.records
     warnings = reading.warnings(run.journal_path) + ([why] if why else [])
     if reading.skipped:
@@ -358,6 +336,7 @@ def _derive(run: RunDir, *, save: bool, why: str | None = None) -> RunOutcome:
     table = verdicts(trials, manifest.plan, seed=manifest.seed)
     table, spent = costs(table, trials, records, [s.device for s in manifest.sessions], manifest.plan.budget_minutes)
     pooled = class_verdicts(trials, manifest.plan, fleet_chips(manifest.fleet), seed=manifest.seed)
+    written: list[Path] = []
     if save:
         try:
             tmp = run.trials_path.with_name("trials.parquet.tmp")
@@ -365,14 +344,21 @@ def _derive(run: RunDir, *, save: bool, why: str | None = None) -> RunOutcome:
             os.replace(tmp, run.trials_path)
             write_atomic(run.verdicts_path, table.to_csv(index=False).encode())
             write_atomic(run.device_time_path, spent.to_csv(index=False).encode())
+            written += [run.trials_path, run.verdicts_path, run.device_time_path]
             if len(pooled):
                 write_atomic(run.path / "class_verdicts.csv", pooled.to_csv(index=False).encode())
+                written.append(run.path / "class_verdicts.csv")
             warnings += _register_noise(run, trials, manifest, device_chips(manifest, records))
         except OSError as exc:
             run.trials_path.with_name("trials.parquet.tmp").unlink(missing_ok=True)
             save = False
             warnings.append(f"{run.path}: derived tables not written ({exc.strerror}); derived in memory")
-    gates = gates_of(run, records, save=save)
+    gates = gates_of(run, Gater(), records, save=save)
+    if save and made_from is not None:
+        if len(gates) and run.gates_path.exists():
+            written.append(run.gates_path)
+        with contextlib.suppress(OSError):  # unstamped tables are derived again next time: nothing is lost
+            run.stamp(made_from, written)
     return RunOutcome(run=run, manifest=manifest, stops=stop_reasons(manifest, records), trials=trials,
                       verdicts=table, details={d: s.detail for d, s in stops(records).items() if s.detail},
                       gates=gates, warnings=warnings, chips=device_chips(manifest, records), device_time=spent,
@@ -386,7 +372,7 @@ def simulate(fleet: Fleet, plan: Plan) -> tuple[Manifest, list[Record], pd.DataF
 
     manifest = new_manifest(fleet, plan, Path("memory"), Path("memory"))
     journal = MemoryJournal()
-    asyncio.run(run_sessions(manifest, journal, lambda d: open_device(fleet, d),
+    asyncio.run(run_sessions(manifest, journal, lambda d: open_device(fleet, d, launchers=catalog.adapter_for),
                              {s.device: SessionState() for s in manifest.sessions}))
     records: list[Record] = list(journal.records)  # type: ignore[arg-type]
     return manifest, records, trial_rows(manifest, records)

@@ -11,14 +11,15 @@ import asyncio
 import json
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from typer.core import TyperGroup
 
 from orchestrator import app as core
+from orchestrator.analysis.gating import mismatched
 from orchestrator.cli_analysis import register as register_analysis
+from orchestrator.cli_common import Results, bad_input, err, fail, out
 from orchestrator.cli_plan import register as register_plan
 from orchestrator.cli_runtimes import register as register_runtimes
 from orchestrator.cli_twin import register as register_twin
@@ -46,10 +47,6 @@ from orchestrator.results.store import (
     excluded_words,
     find_run,
 )
-from orchestrator.runtimes.gating import mismatched
-
-out = Console(width=None if Console().is_terminal else 160)
-err = Console(stderr=True, width=None if Console().is_terminal else 160)
 
 BAD_INPUT = (ConfigError, RunNotFound, RunUnreadable)
 REFUSED = (RunLocked, RunNotWritable, JournalWriteError, OSError)
@@ -63,11 +60,11 @@ class _Commands(TyperGroup):
         try:
             return super().invoke(ctx)
         except BAD_INPUT as exc:
-            _fail(str(exc), 2)
+            fail(str(exc), 2)
         except REFUSED as exc:
-            _fail(_oserror(exc) if isinstance(exc, OSError) else str(exc), 3)
+            fail(_oserror(exc) if isinstance(exc, OSError) else str(exc), 3)
         except KeyboardInterrupt:
-            _fail("interrupted", 130)
+            fail("interrupted", 130)
 
 
 def _oserror(exc: OSError) -> str:
@@ -75,19 +72,11 @@ def _oserror(exc: OSError) -> str:
     return f"orch: {where}{exc.strerror or exc}"
 
 
-def _fail(message: str, code: int) -> NoReturn:
-    err.print(message, markup=False, highlight=False, soft_wrap=True)  # one problem, one line (grep-able)
-    raise typer.Exit(code)
-
 
 # The CLI parses, calls orchestrator.app and friends, and prints; no logic lives here.
 app = typer.Typer(cls=_Commands, no_args_is_help=True, add_completion=False, help=__doc__)
 
-Results = Annotated[Path, typer.Option("--results", help="Where runs live")]
 
-
-def _bad_input(message: str) -> NoReturn:
-    _fail(message, 2)
 
 
 @app.command()
@@ -97,22 +86,26 @@ def run(
     results: Results = Path("results"),
     resume: Annotated[str | None, typer.Option(help="Continue a killed run by its id")] = None,
     seed: Annotated[int | None, typer.Option(min=MIN_SEED, max=MAX_SEED, help="Override the plan's seed")] = None,
+    accept_device_change: Annotated[bool, typer.Option(
+        help="With --resume: continue on devices that now say they are another model, chip, OS or harness")] = False,
 ) -> None:
     """Run a plan on a fleet: settled, fresh, interleaved trials; verdicts by the plan's rule."""
     if resume is not None:
         if fleet or plan:
-            _bad_input("--resume takes the fleet and plan from the run's manifest: drop --fleet/--plan")
+            bad_input("--resume takes the fleet and plan from the run's manifest: drop --fleet/--plan")
         run_dir = find_run(results, resume)
+    elif accept_device_change:
+        bad_input("--accept-device-change goes with --resume RUN_ID")
     else:
         if fleet is None or plan is None:
-            _bad_input("orch run needs --fleet FILE and --plan FILE (or --resume RUN_ID)")
+            bad_input("orch run needs --fleet FILE and --plan FILE (or --resume RUN_ID)")
         fleet_cfg, plan_cfg = core.load_inputs(fleet, plan)
         run_dir = core.start_run(core.new_manifest(fleet_cfg, plan_cfg, fleet, plan, seed), results)
     out.print(f"run {run_dir.run_id}  (resume with: orch run --resume {run_dir.run_id} --results {results})")
-    _execute(run_dir, results)
+    _execute(run_dir, results, accept_device_change)
 
 
-def _execute(run_dir: RunDir, results: Path) -> None:
+def _execute(run_dir: RunDir, results: Path, accept_change: bool = False) -> None:
     manifest = run_dir.manifest()
     done: dict[str, int] = {}
     for rec in run_dir.records():
@@ -121,11 +114,11 @@ def _execute(run_dir: RunDir, results: Path) -> None:
     again = f"orch run --resume {run_dir.run_id} --results {results}"
     try:
         with LiveProgress(out, manifest, done) as live:
-            outcome = asyncio.run(core.execute(run_dir, observe=live.observe))
+            outcome = asyncio.run(core.execute(run_dir, observe=live.observe, accept_change=accept_change))
     except KeyboardInterrupt:
-        _fail(f"interrupted: the journal is intact. Resume with: {again}", 130)
+        fail(f"interrupted: the journal is intact. Resume with: {again}", 130)
     except JournalWriteError as exc:
-        _fail(f"{exc}. Every trial before it is recorded whole; make room, then resume with: {again}", 3)
+        fail(f"{exc}. Every trial before it is recorded whole; make room, then resume with: {again}", 3)
     _summary(outcome)
     if not outcome.completed:
         err.print("run incomplete: some sessions stopped early (see 'session' above); "
@@ -229,7 +222,7 @@ def devices(
     try:
         fleet_cfg = load_fleet(fleet)
     except ConfigError as exc:
-        _bad_input(str(exc))
+        bad_input(str(exc))
     rows = asyncio.run(core.survey(fleet_cfg))
     if as_json:
         print(document("devices", fleet=str(fleet), devices=[{
@@ -262,7 +255,7 @@ def model_make(
     from orchestrator.models import SIZES, make_model, model_dir
 
     if size not in SIZES:
-        _bad_input(f"unknown size {size!r} (known: {', '.join(SIZES)})")
+        bad_input(f"unknown size {size!r} (known: {', '.join(SIZES)})")
     made = make_model(arch.value, size, seed, out or model_dir(arch.value, size, seed))
     for fmt, path in made.gguf.items():
         print(f"{fmt:5} {path}")

@@ -8,25 +8,18 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from orchestrator.analysis.sizing import Sizing, noise_of, size
+from orchestrator.cli_common import bad_input, err, out
 from orchestrator.config.loader import ConfigError, load_plan
 from orchestrator.config.plan import Plan
 
-out = Console(width=None if Console().is_terminal else 200)
-err = Console(stderr=True, width=None if Console().is_terminal else 200)
-
 plan_app = typer.Typer(no_args_is_help=True, help="Plans before they run.")
 
-
-def _bad_input(message: str) -> NoReturn:
-    err.print(message, markup=False, highlight=False, soft_wrap=True)
-    raise typer.Exit(2)
 
 
 @plan_app.command("size")
@@ -43,11 +36,11 @@ def plan_size(
 ) -> None:
     """Launches per arm the plan needs for a difference of EFFECT and for equivalence, and what its rule does."""
     if sum(x for x in (sigma is not None, from_run is not None, registry)) != 1:
-        _bad_input("orch plan size needs one of --sigma S, --from RUN or --registry")
+        bad_input("orch plan size needs one of --sigma S, --from RUN or --registry")
     try:
         sized = load_plan(plan)
     except ConfigError as exc:
-        _bad_input(str(exc))
+        bad_input(str(exc))
     if sigma is not None:
         noise = {"--sigma": sigma}
     elif registry:
@@ -75,7 +68,7 @@ def _noise_registered(results: Path, plan: Plan) -> dict[str, float]:
     rows = latest(read_registry(results))
     mine = rows[(rows["runtime"] == plan.arms[0].runtime) & (rows["model"] == plan.model)] if len(rows) else rows
     if not len(mine):
-        _bad_input(f"{results}: the noise registry holds nothing for {plan.arms[0].runtime} on {plan.model} (an A/A "
+        bad_input(f"{results}: the noise registry holds nothing for {plan.arms[0].runtime} on {plan.model} (an A/A "
                    "run such as configs/plans/aa-calibration.yaml records it)")
     return {f"{r['device']} (run {r['run_id']}, {age_days(str(r['measured_at']), now):.0f} d old, {r['launches']} "
             f"launches)": float(r["sigma"]) for r in mine.to_dict("records")}
@@ -114,11 +107,11 @@ def _noise_from(results: Path, run_id: str, plan: Plan) -> dict[str, float]:
         manifest = run.manifest()
         trials = load_trials(run.path)
     except (RunNotFound, RunUnreadable, OSError) as exc:
-        _bad_input(str(exc))
+        bad_input(str(exc))
     arms = manifest.plan.arms
     noise = noise_of(trials, plan.decision, (arms[0].name, arms[1].name))
     if not noise:
-        _bad_input(f"run {run_id}: no device has both of {arms[0].name!r} and {arms[1].name!r} in a block")
+        bad_input(f"run {run_id}: no device has both of {arms[0].name!r} and {arms[1].name!r} in a block")
     return noise
 
 

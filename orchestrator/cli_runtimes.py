@@ -10,29 +10,22 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from orchestrator.devices.runners import LocalRunner, Runner, RunnerError
+from orchestrator.cli_common import bad_input, err, out
 from orchestrator.report.console import gates_table
 from orchestrator.results.store import RunNotFound, find_run
-from orchestrator.runtimes import RUNTIMES
-from orchestrator.runtimes.envs import ENVS, InstallError, disk_used, install, installed_on, uninstall
+from orchestrator.runners import LocalRunner, Runner, RunnerError
+from orchestrator.runtimes import catalog
+from orchestrator.runtimes.envs import InstallError, disk_used, install, installed_on, uninstall
 
 runtimes_app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
-out = Console(width=None if Console().is_terminal else 160)
-err = Console(stderr=True, width=None if Console().is_terminal else 160)
-
-BUILTIN = {"rawloop-cpu": "the harness (make -C ios_harness / swift build)", "numpy": "built in (the reference)"}
 
 
-def _bad_input(message: str) -> NoReturn:
-    err.print(message, markup=False, highlight=False)
-    raise typer.Exit(2)
 
 
 def _size(n: int) -> str:
@@ -52,15 +45,15 @@ def _runners(fleet: Path | None, hosts: list[str] | None) -> list[Runner]:
     hosts = hosts or []
     if fleet is None:
         if set(hosts) - {"local"}:
-            _bad_input(f"--host {', '.join(hosts)} needs --fleet FILE (the file that defines the host)")
+            bad_input(f"--host {', '.join(hosts)} needs --fleet FILE (the file that defines the host)")
         return [LocalRunner()]
     try:
         cfg = load_fleet(fleet)
     except ConfigError as exc:
-        _bad_input(str(exc))
+        bad_input(str(exc))
     known = ["local", *(h.id for h in cfg.hosts)]
     if bad := [h for h in hosts if h not in known]:
-        _bad_input(f"{fleet}: no host {', '.join(bad)} (hosts: {', '.join(known)})")
+        bad_input(f"{fleet}: no host {', '.join(bad)} (hosts: {', '.join(known)})")
     chosen = hosts or sorted({d.host for d in cfg.devices if d.kind == "host"}) or ["local"]
     return [open_runner(cfg, h) for h in chosen]
 
@@ -90,7 +83,7 @@ async def _install_one(runner: Runner, name: str, force: bool) -> bool:
         versions = ", ".join(f"{k} {v}" for k, v in have.versions.items())
         out.print(f"{where}: installed ({versions})", highlight=False)
         return True
-    out.print(f"{where}: installing ({ENVS[name].how})", highlight=False)
+    out.print(f"{where}: installing ({catalog.installable()[name].how})", highlight=False)
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
                   TimeElapsedColumn(), console=out, transient=not out.is_terminal) as bar:
         task = bar.add_task(where, total=1.0)
@@ -106,7 +99,7 @@ async def _install_one(runner: Runner, name: str, force: bool) -> bool:
                 out.print(line, highlight=False)
 
         try:
-            got = await install(runner, name, step)
+            got = await install(runner, catalog.installable()[name], step)
         except InstallError as exc:
             err.print(f"{where}: {exc}\n{exc.tail}", markup=False, highlight=False)
             return False
@@ -116,15 +109,15 @@ async def _install_one(runner: Runner, name: str, force: bool) -> bool:
 
 @runtimes_app.command("install")
 def install_cmd(
-    names: Annotated[list[str], typer.Argument(help=f"Runtimes to install: {', '.join(ENVS)}")],
+    names: Annotated[list[str], typer.Argument(help=f"Runtimes to install: {', '.join(catalog.installable())}")],
     force: Annotated[bool, typer.Option(help="Reinstall even when installed")] = False,
     fleet: FleetOpt = None,
     host: HostOpt = None,
 ) -> None:
     """Install runtimes into their own environments under the cache folder, here or on a fleet's
     hosts (first use only: installed ones are skipped)."""
-    if bad := [n for n in names if n not in ENVS]:
-        _bad_input(f"cannot install {', '.join(bad)}: installable runtimes are {', '.join(ENVS)}")
+    if bad := [n for n in names if n not in catalog.installable()]:
+        bad_input(f"cannot install {', '.join(bad)}: installable runtimes are {', '.join(catalog.installable())}")
     async def each(runner: Runner) -> bool:
         return all([await _install_one(runner, name, force) for name in names])
 
@@ -133,13 +126,13 @@ def install_cmd(
 
 @runtimes_app.command("uninstall")
 def uninstall_cmd(
-    names: Annotated[list[str], typer.Argument(help=f"Runtimes to remove: {', '.join(ENVS)}")],
+    names: Annotated[list[str], typer.Argument(help=f"Runtimes to remove: {', '.join(catalog.installable())}")],
     fleet: FleetOpt = None,
     host: HostOpt = None,
 ) -> None:
     """Remove runtimes' environments and their converted models, here or on a fleet's hosts."""
-    if bad := [n for n in names if n not in ENVS]:
-        _bad_input(f"cannot uninstall {', '.join(bad)}: installable runtimes are {', '.join(ENVS)}")
+    if bad := [n for n in names if n not in catalog.installable()]:
+        bad_input(f"cannot uninstall {', '.join(bad)}: installable runtimes are {', '.join(catalog.installable())}")
 
     async def each(runner: Runner) -> bool:
         for name in names:
@@ -158,17 +151,17 @@ def uninstall_cmd(
 async def _list_rows(runner: Runner, rows: list[dict[str, object]]) -> bool:
     """The host's rows, added only once all are known (an unreachable host shows none)."""
     mine: list[dict[str, object]] = []
-    for name, what in RUNTIMES.items():
-        row: dict[str, object] = {"host": runner.name, "runtime": name, "what": what, "installed": False,
+    for name, entry in catalog.CATALOG.items():
+        row: dict[str, object] = {"host": runner.name, "runtime": name, "what": entry.what, "installed": False,
                                   "versions": {}, "disk_bytes": 0}
-        if name in ENVS:
+        if entry.env is not None:
             have = await installed_on(runner, name)
             fleet = "" if isinstance(runner, LocalRunner) else f" --fleet F --host {runner.name}"
             row.update(installed=have is not None, versions=have.versions if have else {},
                        disk_bytes=await disk_used(runner, have.path) if have else 0,
                        install=None if have else f"orch runtimes install {name}{fleet}")
-        elif name in BUILTIN:
-            row.update(installed=True, install=BUILTIN[name])
+        elif entry.builtin is not None:
+            row.update(installed=True, install=entry.builtin)
         else:
             row.update(install="runs on Apple devices (or simulated)")
         mine.append(row)
@@ -216,13 +209,13 @@ def prepare_cmd(
     try:
         cfg = load_plan(plan)
     except ConfigError as exc:
-        _bad_input(str(exc))
+        bad_input(str(exc))
 
     async def each(runner: Runner) -> bool:
         ok = True
-        for arm, outcome in await prepare_plan(cfg, runner):
-            ok &= not outcome.startswith("failed")
-            out.print(f"{arm}: {outcome}", markup=False, highlight=False)
+        for arm, message, failed in await prepare_plan(cfg, runner):
+            ok &= not failed
+            out.print(f"{arm}: {message}", markup=False, highlight=False)
         return ok
 
     raise typer.Exit(1 if asyncio.run(_on_hosts(_runners(fleet, host), each)) else 0)
@@ -235,13 +228,14 @@ def gate_cmd(
 ) -> None:
     """Token gates of a run, recomputed: each arm's token ids against the numpy reference decoder
     (`orch run` and `orch show` print them too; this writes token_gates.csv afresh). Exit 1 on a mismatch."""
-    from orchestrator.runtimes.gating import gates_of, mismatched
+    from orchestrator.analysis.gating import gates_of, mismatched
+    from orchestrator.runtimes.gater import Gater
 
     try:
         run_dir = find_run(results, run)
     except RunNotFound as exc:
-        _bad_input(str(exc))
-    gates = gates_of(run_dir, force=True)
+        bad_input(str(exc))
+    gates = gates_of(run_dir, Gater(), force=True)
     if gates.empty:
         out.print("no real trials with tokens to gate (simulated devices are not gated)")
         return

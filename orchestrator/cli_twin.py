@@ -13,24 +13,20 @@ import shlex
 import tempfile
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import Annotated
 
 import typer
 from pydantic import ValidationError
-from rich.console import Console
+
+from orchestrator.cli_common import bad_input
 
 twin_app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
-err = Console(stderr=True, width=None if Console().is_terminal else 160)
 
 
 class DeveloperOverLockdown(StrEnum):
     always = "always"
     as_ios = "as-ios"
 
-
-def _bad_input(message: str) -> NoReturn:
-    err.print(message, markup=False, highlight=False)
-    raise typer.Exit(2)
 
 
 def default_root(udid: str) -> Path:
@@ -70,7 +66,7 @@ def serve(
 
     udid = udid or DEFAULT_UDID
     if ephemeral and root is not None:
-        _bad_input("orch twin serve: --ephemeral and --root exclude each other")
+        bad_input("orch twin serve: --ephemeral and --root exclude each other")
     with tempfile.TemporaryDirectory(prefix="orch-twin-") if ephemeral else contextlib.nullcontext() as tmp:
         code = _serve(Path(tmp) / udid if tmp else root or default_root(udid), udid, ios, product_type, host, port,
                       unpaired, launch, memory_limit_mb, disk_gb, thermal_speed, developer_over_lockdown,
@@ -92,7 +88,7 @@ def _serve(root: Path, udid: str, ios: str, product_type: str, host: str, port: 
             developer_over_lockdown=developer_over_lockdown.value, tunneld_port=tunneld_port,
         )
     except ValidationError as exc:
-        _bad_input("orch twin serve: " + "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}"
+        bad_input("orch twin serve: " + "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}"
                                                    for e in exc.errors()))
 
     def ready(twin: object) -> None:
@@ -128,7 +124,7 @@ def make_ipa(
     from orchestrator.twin import make_ipa as build_ipa
 
     if not executable.is_file():
-        _bad_input(f"{executable}: not a file")
+        bad_input(f"{executable}: not a file")
     path = build_ipa(out, executable, bundle_id, name=name, version=version, build=build, minimum_os=minimum_os,
                      file_sharing=file_sharing, development=development, devices=device)
     print(path)

@@ -25,9 +25,9 @@ def harness() -> Path:
         import asyncio
 
         from orchestrator.config import HostDeviceConfig
-        from orchestrator.devices.base import Artifacts
         from orchestrator.devices.host import HostDevice
-        from orchestrator.devices.runners import LocalRunner
+        from orchestrator.protocol.device import Artifacts
+        from orchestrator.runners import LocalRunner
 
         asyncio.run(HostDevice(HostDeviceConfig(id="b", kind="host"), LocalRunner()).prepare(Artifacts()))
     return HARNESS

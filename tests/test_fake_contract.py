@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
+import typing
 
 import pytest
 
 from orchestrator.devices import FakeDevice
-from orchestrator.devices.base import TrialFailure
+from orchestrator.devices.agent import AgentDevice, Request
+from orchestrator.devices.base import Device
 from orchestrator.devices.contract import check_device_contract
 from orchestrator.protocol import Generation, TrialResult, TrialSpec
+from orchestrator.protocol.device import TrialFailure
 
 
 def good(spec: TrialSpec) -> TrialResult | TrialFailure:
@@ -27,7 +31,7 @@ def good(spec: TrialSpec) -> TrialResult | TrialFailure:
 
 def test_fake_device_conforms() -> None:
     device = FakeDevice("fake", good)
-    asyncio.run(check_device_contract(device, engine="e", model="m"))
+    asyncio.run(check_device_contract(device, engine="e", model="m", probes=False))
     assert device.closed and len(device.specs) == 3
 
 
@@ -36,4 +40,12 @@ def test_contract_catches_a_device_that_never_hangs() -> None:
         return good(spec.model_copy(update={"decode_tokens": 8})) if spec.engine == "e" else good(spec)
 
     with pytest.raises(AssertionError, match="hung"):
-        asyncio.run(check_device_contract(FakeDevice("fake", never_hangs), engine="e", model="m"))
+        asyncio.run(check_device_contract(FakeDevice("fake", never_hangs), engine="e", model="m", probes=False))
+
+
+def test_the_agent_carries_every_operation_of_the_device_boundary() -> None:
+    """Derived from `Device` itself: a new boundary operation that the agent protocol forgets fails here."""
+    boundary = {name for name, f in vars(Device).items() if inspect.iscoroutinefunction(f) and not name.startswith("_")}
+    ops = set(typing.get_args(Request.model_fields["op"].annotation)) - {"open"}
+    assert boundary == ops, f"agent ops {sorted(ops)} vs the boundary {sorted(boundary)}"
+    assert all(name in vars(AgentDevice) for name in boundary), "AgentDevice forwards each one to the agent"

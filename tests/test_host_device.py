@@ -13,9 +13,10 @@ from sshd import Sshd
 
 from orchestrator.config import Fleet
 from orchestrator.devices import open_device
-from orchestrator.devices.base import Artifacts, Device, DeviceUnavailable, TrialFailure
+from orchestrator.devices.base import Device
 from orchestrator.devices.contract import check_device_contract, contract_spec
 from orchestrator.protocol import TrialResult
+from orchestrator.protocol.device import Artifacts, DeviceUnavailable, TrialFailure
 
 
 def fleet(sshd: Sshd | None, tmp_path: Path, **device: object) -> Fleet:
@@ -43,6 +44,10 @@ def test_contract_host_through_the_agent_over_ssh(harness: Path, sshd: Sshd, tmp
     device, _ = open_device(fleet(sshd, tmp_path, host="loop", harness=str(harness), via="agent"), "box")
     assert type(device).__name__ == "AgentDevice"
     contract(device)
+    # the interference check's counters come from the agent's host, its own process tree counted as its own
+    device, _ = open_device(fleet(sshd, tmp_path, host="loop", harness=str(harness), via="agent"), "box")
+    first = asyncio.run(device.cpu_sample())
+    assert first is not None and first.cpus >= 1 and first.own_s > 0 and first.others, first
 
 
 def fake_harness(tmp_path: Path, body: str) -> Path:

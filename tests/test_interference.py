@@ -224,7 +224,7 @@ class Windows:
 def quiet_gate(shares: list[float], wait_s: float) -> tuple[object, list[str], VirtualClock]:
     from orchestrator.config import SettlePolicy
     from orchestrator.config.plan import InterferenceLimit
-    from orchestrator.devices.base import Telemetry
+    from orchestrator.protocol.device import Telemetry
     from orchestrator.schedule import SettleGate
 
     clock, said = VirtualClock(), []

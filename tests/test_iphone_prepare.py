@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from iphone_fakes import FakePhone, make_device
 
-from orchestrator.devices.base import Artifacts, DeviceUnavailable
+from orchestrator.protocol.device import Artifacts, DeviceUnavailable
 
 
 # a host-side check (the .ipa against its declared sha256): no phone is asked, so the twin adds nothing

@@ -18,9 +18,9 @@ from typing import Any
 
 from iphone_fakes import HARNESS, FakePhone, make_device
 
-from orchestrator.devices.base import Artifacts, TrialFailure
 from orchestrator.devices.contract import contract_spec
 from orchestrator.protocol import TrialResult, TrialSpec
+from orchestrator.protocol.device import Artifacts, TrialFailure
 
 MODEL = "models/tiny.gguf"  # relative to Documents, as prepare's push names it
 
@@ -111,7 +111,7 @@ def test_thermal_probe_launch(tmp_path: Path) -> None:
 
 
 def test_a_tunnel_that_cannot_open_is_launch_failed_with_its_fix(tmp_path: Path) -> None:
-    from orchestrator.devices.base import DeviceUnavailable
+    from orchestrator.protocol.device import DeviceUnavailable
 
     async def body(device: Any, phone: FakePhone, connector: Any) -> None:
         connector.tunnel_error = DeviceUnavailable("in use", fix="set `tunnel: tunneld`", state="tunnel_unavailable")

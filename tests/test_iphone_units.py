@@ -10,7 +10,6 @@ from pymobiledevice3 import exceptions as pmd
 from pymobiledevice3.irecv_devices import IRECV_DEVICES
 
 from orchestrator.config.fleet import IphoneDeviceConfig
-from orchestrator.devices.base import DeviceUnavailable
 from orchestrator.devices.iphone import chips, connect
 from orchestrator.devices.iphone.errors import DeviceTimeout, call, classify
 from orchestrator.devices.iphone.paths import (
@@ -21,6 +20,7 @@ from orchestrator.devices.iphone.paths import (
     result_place,
     spec_place,
 )
+from orchestrator.protocol.device import DeviceUnavailable
 
 FAMILY_OF_CLASS = {"A11 Bionic": "A11", "A12 Bionic": "A12", "A13 Bionic": "A13", "A14 Bionic": "A14",
                    "A15 Bionic": "A15", "A16 Bionic": "A16", "A17 Pro": "A17", "A18": "A18", "A18 Pro": "A18",

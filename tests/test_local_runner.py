@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.devices import runners
-from orchestrator.devices.runners import CommandResult, ConnectionLost, LineSink, LocalRunner
+from orchestrator.runners import CommandResult, ConnectionLost, LineSink, LocalRunner
+from orchestrator.runners import local as runners
 
 MiB = 1024 * 1024
 LINUX = Path("/proc/self/fd").is_dir()  # where escaped children are found; elsewhere only the call returns

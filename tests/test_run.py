@@ -22,7 +22,14 @@ from orchestrator import app as core
 from orchestrator.cli import app
 from orchestrator.config import Fleet, Plan
 from orchestrator.results import load_trials, read_journal
-from orchestrator.results.records import AttemptFailed, LookRecord, RunFinished, SessionStopped, TrialRecord
+from orchestrator.results.records import (
+    AttemptFailed,
+    LookRecord,
+    PreparedRecord,
+    RunFinished,
+    SessionStopped,
+    TrialRecord,
+)
 from orchestrator.results.store import RunDir
 
 runner = CliRunner()
@@ -240,6 +247,8 @@ def test_show_prints_token_gates_beside_the_verdicts(tmp_path: Path) -> None:
     (run.path / "token_gates.csv").write_text(
         "device,arm,runtime,quant_class,trials,distinct_sequences,prefill,decode,first_divergence,worst_margin,"
         "tie,error\na,cand,rawloop-metal,Q8_0,12,1,bit-exact,quality-class,7,0.21,0.5,\n")
+    stamp = json.loads(run.stamp_path.read_text())  # as a derive of real trials would have listed it
+    run.stamp_path.write_text(json.dumps({**stamp, "tables": [*stamp["tables"], "token_gates.csv"]}))
     code, out = invoke("show", run.run_id, "--results", str(tmp_path / "r"))
     assert code == 0 and "Token gates" in out and "quality-class" in out
     assert out.index("Verdicts") < out.index("Token gates")
@@ -270,3 +279,42 @@ def test_three_arms_are_decided_as_one_family_per_device(tmp_path: Path) -> None
 
 def load_verdicts(run: RunDir) -> pd.DataFrame:
     return pd.read_csv(run.verdicts_path)
+
+
+def test_a_resume_on_a_device_that_changed_is_refused_unless_accepted(tmp_path: Path) -> None:
+    """Each session journals what the device said it is (model, chip, OS, harness); resumed on a device that
+    now says otherwise (here the phone's OS moved on overnight), its session stops as `device_changed` and
+    runs nothing, as pyperf refuses to mix runs from different machines; the user may accept the mix."""
+    f, p = write_inputs(tmp_path, fleet_of(sim_device("a", os="18.2")), plan_with())
+    run = core.start_run(core.new_manifest(*core.load_inputs(f, p), f, p), tmp_path / "r")
+
+    async def interrupted() -> None:
+        task = asyncio.current_task()
+
+        def observe(device: str, record: BaseModel) -> None:
+            if isinstance(record, TrialRecord) and record.seq == 5 and task is not None:
+                task.cancel()
+
+        await core.execute(run, observe=observe)
+
+    with contextlib.suppress(asyncio.CancelledError):
+        asyncio.run(interrupted())
+    prepared = [r for r in run.records() if isinstance(r, PreparedRecord)]
+    assert len(prepared) == 1 and prepared[0].info is not None and prepared[0].info.os == "18.2"
+    assert prepared[0].chip() == "A19 Pro"
+    before = len(finals(run))
+
+    manifest = json.loads(run.manifest_path.read_text())
+    manifest["fleet"]["devices"][0]["os"] = "18.3"  # what the simulated phone answers from now on
+    run.manifest_path.write_text(json.dumps(manifest))
+    code, out = invoke("run", "--resume", run.run_id, "--results", str(tmp_path / "r"))
+    assert code == 1, out
+    stop = [r for r in run.records() if isinstance(r, SessionStopped)][-1]
+    assert stop.reason == "device_changed" and "OS 18.2 -> 18.3" in stop.detail, stop
+    assert "--accept-device-change" in stop.detail and len(finals(run)) == before, "nothing ran on the other phone"
+
+    code, out = invoke("run", "--accept-device-change", "--fleet", str(f), "--plan", str(p))
+    assert code == 2 and "goes with --resume" in out, out
+    code, out = invoke("run", "--resume", run.run_id, "--results", str(tmp_path / "r"), "--accept-device-change")
+    assert code == 0, out
+    assert len(finals(run)) == 24 and set(finals(run).values()) == {1}

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import json
 import os
 import resource
 import shutil
@@ -364,3 +365,28 @@ def test_an_unknown_run_names_the_latest_run_by_its_id(tmp_path: Path) -> None:
     run = new_run(tmp_path)
     code, out = invoke("show", "20990101-000000-nope-0000", "--results", str(run.path.parent))
     assert code == 2 and f"(latest: {run.run_id})" in out, out
+
+
+def test_derived_tables_are_current_by_the_journal_they_were_made_from_not_by_file_times(tmp_path: Path) -> None:
+    """derive stamps its tables with the journal's length and sha256 (derived.json): a copy that changes
+    file times keeps them current; a journal that gained a record makes them stale, whatever the times say."""
+    run = new_run(tmp_path)
+    core.derive(run)
+    stamp = json.loads(run.stamp_path.read_text())
+    assert {"trials.parquet", "verdicts.csv", "device_time.csv"} <= set(stamp["tables"])
+    assert stamp["journal_bytes"] == run.journal_path.stat().st_size and run.fresh(run.trials_path)
+
+    copy = RunDir(tmp_path / "copy" / run.run_id)
+    shutil.copytree(run.path, copy.path)  # copies times too; then make the journal look newer than every table
+    later = time.time() + 3600
+    os.utime(copy.journal_path, (later, later))
+    assert copy.fresh(copy.trials_path) and copy.fresh(copy.verdicts_path)
+    assert not copy.fresh(copy.path / "manifest.json"), "only what derive listed counts as derived"
+
+    for table in (copy.trials_path, copy.verdicts_path):  # tables newer than a journal that changed: stale
+        os.utime(table, (later + 60, later + 60))
+    with open(copy.journal_path, "ab") as f:
+        f.write(RunStarted(wall=0.0, resumed=True, pid=1).model_dump_json().encode() + b"\n")
+    assert not copy.fresh(copy.trials_path) and not copy.fresh(copy.verdicts_path)
+    core.derive(copy)
+    assert copy.fresh(copy.trials_path)

@@ -12,15 +12,8 @@ from pathlib import Path
 import pytest
 from sshd import Sshd, _keygen, free_port
 
-from orchestrator.devices.runners import (
-    AuthRefused,
-    ConnectionLost,
-    HostKeyRejected,
-    LocalRunner,
-    Runner,
-    Unreachable,
-)
-from orchestrator.devices.ssh import SshRunner
+from orchestrator.runners import AuthRefused, ConnectionLost, HostKeyRejected, LocalRunner, Runner, Unreachable
+from orchestrator.runners.ssh import SshRunner
 
 NASTY = ["a b", "it's", 'say "hi"', "$(touch {marker})", "`touch {marker}`", "; touch {marker}", "*", "~", "-n", ""]
 

@@ -18,10 +18,10 @@ from typer.testing import CliRunner
 from orchestrator.cli_runtimes import register
 from orchestrator.config import HostDeviceConfig
 from orchestrator.devices.host import HostDevice
-from orchestrator.devices.runners import LocalRunner
 from orchestrator.protocol import TrialSpec
-from orchestrator.runtimes import RUNTIMES, envs
-from orchestrator.runtimes.envs import InstallError, install, installed
+from orchestrator.runners import LocalRunner
+from orchestrator.runtimes import catalog, envs
+from orchestrator.runtimes.envs import install, installed
 
 PIP_LINES = """Using pip 23.2.1 from /x/venv/lib/python3.11/site-packages/pip (python 3.11)
 Collecting llama-cpp-python==0.3.36
@@ -67,8 +67,6 @@ def test_installed_needs_the_stamp_and_the_interpreter(tmp_path: Path) -> None:
     got = installed("llamacpp", tmp_path)
     assert got is not None and got.versions == {"llama-cpp-python": "0.3.36"} and got.seconds == 400.0
     assert asyncio.run(envs.disk_used(LocalRunner(), got.path)) > 0
-    with pytest.raises(InstallError, match="installable"):
-        asyncio.run(install(LocalRunner(), "nope"))
 
 
 @pytest.mark.parametrize("runtime", ["llamacpp", "ort-genai", "mlx"])
@@ -76,7 +74,8 @@ def test_a_runtime_not_installed_names_the_install_command(
     runtime: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("ORCH_CACHE", str(tmp_path / "cache"))
-    device = HostDevice(HostDeviceConfig(id="here", kind="host", workdir=str(tmp_path)), LocalRunner())
+    device = HostDevice(HostDeviceConfig(id="here", kind="host", workdir=str(tmp_path)), LocalRunner(),
+                        launchers=catalog.adapter_for)
     spec = TrialSpec(run_id="r", trial_id="t", engine=runtime, model=str(tmp_path / "model-Q8_0.gguf"),
                      prompt_tokens=4, decode_tokens=4)
     failure = asyncio.run(device.run_trial(spec, 30))
@@ -144,8 +143,8 @@ def test_install_on_an_ssh_host_through_the_cli(sshd: Sshd, tmp_path: Path, monk
     stamps it only once it imports, skips it the second time; a failed install leaves no stamp."""
     monkeypatch.setenv("ORCH_CACHE", str(tmp_path / "here"))
     for spec in (TINY, BROKEN):
-        monkeypatch.setitem(envs.ENVS, spec.name, spec)
-        monkeypatch.setitem(RUNTIMES, spec.name, "a test environment")
+        monkeypatch.setitem(catalog.CATALOG, spec.name, catalog.Runtime(spec.name, "driver", "a test environment",
+                                                                         spec.name, env=spec))
 
     remote = tmp_path / "there"
     fleet = tmp_path / "fleet.yaml"
@@ -192,9 +191,8 @@ def test_install_on_an_ssh_host_through_the_cli(sshd: Sshd, tmp_path: Path, monk
 
 def test_install_here_makes_and_stamps_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ORCH_CACHE", str(tmp_path))
-    monkeypatch.setitem(envs.ENVS, "tiny", TINY)
     seen: list[str] = []
-    got = asyncio.run(install(LocalRunner(), "tiny", lambda what, frac: seen.append(what)))
+    got = asyncio.run(install(LocalRunner(), TINY, lambda what, frac: seen.append(what)))
     assert got.path == str(tmp_path / "runtimes" / "tiny") and installed("tiny") == got
     assert seen[0] == "creating the environment" and seen[-2:] == ["checking", "done"]
 

@@ -7,14 +7,15 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.analysis.gating import reference_model, run_gates, tolerance
 from orchestrator.analysis.tokengate import TIE
 from orchestrator.config import Fleet, Plan
 from orchestrator.config.plan import Arm
-from orchestrator.devices.base import TrialFailure
 from orchestrator.models.maker import make_model
 from orchestrator.protocol import Generation, TrialResult
+from orchestrator.protocol.device import TrialFailure
 from orchestrator.results.records import Manifest, Settle, TrialRecord
-from orchestrator.runtimes.gating import Gater, reference_model, run_gates, tolerance
+from orchestrator.runtimes.gater import Gater
 from orchestrator.runtimes.prompt import prompt_ids
 from orchestrator.runtimes.reference import Weights, greedy
 
@@ -75,7 +76,7 @@ def test_run_gates_per_arm(t1: Path) -> None:
     assert gates.loc["bad", "prefill"] == "mismatch" and gates.loc["bad", "first_divergence"] == 0
 
     gone = Plan.model_validate({**plan.model_dump(), "model": str(t1 / "missing.gguf")})
-    table = run_gates(Manifest.model_construct(plan=gone, fleet=fleet), [records[0]])
+    table = run_gates(Manifest.model_construct(plan=gone, fleet=fleet), [records[0]], Gater())
     assert table.loc[0, "error"].startswith("no reference model")
     assert run_gates(manifest, [TrialRecord.model_construct(result=None, failure=TrialFailure(
-        kind="crashed", message="x"), device="here", arm="ref")]).empty
+        kind="crashed", message="x"), device="here", arm="ref")], Gater()).empty

@@ -13,13 +13,14 @@ from sshd import Sshd
 from test_run import invoke, only_run, write_inputs
 
 from orchestrator.config import Fleet, Plan
-from orchestrator.devices.runners import LocalRunner
 from orchestrator.models.maker import make_model
 from orchestrator.protocol import TrialSpec
 from orchestrator.results import load_trials
 from orchestrator.results.store import RunDir
-from orchestrator.runtimes.base import RuntimeContext
-from orchestrator.runtimes.envs import cache_root, installed
+from orchestrator.runners import LocalRunner
+from orchestrator.runners.cache import RuntimeContext, cache_root
+from orchestrator.runtimes import catalog
+from orchestrator.runtimes.envs import installed
 from orchestrator.runtimes.litert_lm import ADAPTER as LITERT
 from orchestrator.runtimes.ort_genai import ADAPTER as ORT
 
@@ -122,7 +123,8 @@ def test_mlx_cpu_linux_decodes_the_source_folder_like_the_reference(t1: Path, tm
     from orchestrator.runtimes.prompt import prompt_ids
     from orchestrator.runtimes.reference import Weights, greedy, score
 
-    device = HostDevice(HostDeviceConfig(id="here", kind="host", workdir=str(tmp_path)), LocalRunner())
+    device = HostDevice(HostDeviceConfig(id="here", kind="host", workdir=str(tmp_path)), LocalRunner(),
+                        launchers=catalog.adapter_for)
     spec = TrialSpec(run_id="r", trial_id="t", engine="mlx", model=str(t1 / "model-F32.gguf"), prompt_tokens=16,
                      decode_tokens=24, seed=4)
     result = asyncio.run(device.run_trial(spec, 300))
@@ -145,7 +147,8 @@ def test_llamacpp_trial_with_a_cold_page_cache_and_a_missing_model(t1: Path, tmp
     from orchestrator.devices.host import HostDevice
     from orchestrator.protocol import TrialResult
 
-    device = HostDevice(HostDeviceConfig(id="here", kind="host", workdir=str(tmp_path)), LocalRunner())
+    device = HostDevice(HostDeviceConfig(id="here", kind="host", workdir=str(tmp_path)), LocalRunner(),
+                        launchers=catalog.adapter_for)
     spec = TrialSpec(run_id="r", trial_id="t", engine="llamacpp", model=str(t1 / "model-Q4_0.gguf"), prompt_tokens=8,
                      decode_tokens=8, threads=1, clear_caches=["page_cache", "xnnpack"])
     result = asyncio.run(device.run_trial(spec, 300))
@@ -166,7 +169,8 @@ def test_litert_lm_decodes_like_the_reference_and_caches_its_conversion(t1: Path
     from orchestrator.runtimes.prompt import prompt_ids
     from orchestrator.runtimes.reference import Weights, greedy, score
 
-    device = HostDevice(HostDeviceConfig(id="here", kind="host", workdir=str(tmp_path)), LocalRunner())
+    device = HostDevice(HostDeviceConfig(id="here", kind="host", workdir=str(tmp_path)), LocalRunner(),
+                        launchers=catalog.adapter_for)
     spec = TrialSpec(run_id="r", trial_id="t", engine="litert-lm", model=str(t1 / "model-F32.gguf"), prompt_tokens=16,
                      decode_tokens=24, seed=4, threads=1, warm_repetitions=1,
                      clear_caches=["page_cache", "xnnpack_cache"])

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.devices.base import TrialFailure
-from orchestrator.devices.runners import CommandResult
 from orchestrator.protocol import TrialResult, TrialSpec
+from orchestrator.protocol.device import TrialFailure
+from orchestrator.runners import CommandResult
 from orchestrator.runtimes.process import Artifact, DriverOutput, parse_output, to_result
 
 FIXTURES = Path(__file__).parent / "fixtures" / "runtimes"

@@ -13,9 +13,10 @@ import pytest
 from orchestrator.analysis.tokengate import margins
 from orchestrator.config import HostDeviceConfig
 from orchestrator.devices.host import HostDevice
-from orchestrator.devices.runners import LocalRunner
 from orchestrator.models.maker import make_model
 from orchestrator.protocol import TrialResult, TrialSpec
+from orchestrator.runners import LocalRunner
+from orchestrator.runtimes import catalog
 from orchestrator.runtimes.prompt import prompt_ids, spec_prompt
 from orchestrator.runtimes.reference import Weights, greedy, score
 
@@ -60,7 +61,8 @@ def test_teacher_forced_scores_agree_with_greedy_and_chunks(t1: Path) -> None:
 
 
 def test_numpy_runtime_through_a_host_device(t1: Path, tmp_path: Path) -> None:
-    device = HostDevice(HostDeviceConfig(id="here", kind="host", workdir=str(tmp_path)), LocalRunner())
+    device = HostDevice(HostDeviceConfig(id="here", kind="host", workdir=str(tmp_path)), LocalRunner(),
+                        launchers=catalog.adapter_for)
     spec = TrialSpec(run_id="r", trial_id="t", engine="numpy", model=str(t1 / "model-Q8_0.gguf"), prompt_tokens=16,
                      decode_tokens=16, threads=1, warm_repetitions=1)
     result = asyncio.run(device.run_trial(spec, 120))

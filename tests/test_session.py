@@ -9,8 +9,9 @@ from conftest import fleet_of, plan_with, sim_device
 from orchestrator import app as core
 from orchestrator.clock import VirtualClock
 from orchestrator.devices import FakeDevice, open_device
-from orchestrator.devices.base import Device, Telemetry
+from orchestrator.devices.base import Device
 from orchestrator.protocol import TrialResult, TrialSpec
+from orchestrator.protocol.device import Telemetry
 from orchestrator.results import MemoryJournal
 from orchestrator.results.records import SessionStopped, TrialRecord
 from orchestrator.schedule import SessionState, run_sessions

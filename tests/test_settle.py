@@ -8,7 +8,7 @@ from collections.abc import Callable
 from orchestrator.clock import VirtualClock
 from orchestrator.config import SettlePolicy
 from orchestrator.devices import FakeDevice
-from orchestrator.devices.base import DeviceUnavailable, Telemetry, TrialFailure
+from orchestrator.protocol.device import DeviceUnavailable, Telemetry, TrialFailure
 from orchestrator.schedule import SettleGate
 
 

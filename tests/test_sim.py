@@ -11,10 +11,10 @@ from conftest import fleet_of, sim_device
 
 from orchestrator.clock import VirtualClock
 from orchestrator.config import SimDeviceConfig
-from orchestrator.devices.base import DeviceUnavailable, TrialFailure
 from orchestrator.devices.contract import check_device_contract, contract_spec
 from orchestrator.devices.sim import SimDevice, Thermals
 from orchestrator.protocol import TrialResult
+from orchestrator.protocol.device import DeviceUnavailable, TrialFailure
 
 
 def make(**over: object) -> tuple[SimDevice, VirtualClock]:

@@ -13,8 +13,8 @@ from orchestrator.clock import VirtualClock
 from orchestrator.config import SettlePolicy
 from orchestrator.config.sim import SimDeviceConfig
 from orchestrator.devices import FakeDevice, open_device
-from orchestrator.devices.base import Telemetry, TrialFailure
 from orchestrator.devices.sim import SimDevice
+from orchestrator.protocol.device import Telemetry, TrialFailure
 from orchestrator.results import MemoryJournal
 from orchestrator.results.records import TrialRecord
 from orchestrator.results.store import trial_rows, usable

@@ -18,10 +18,10 @@ from pymobiledevice3.services.house_arrest import HouseArrestService
 from twin_support import BUNDLE, HARNESS, MODEL, STAND_IN_MODEL, app_ipa, harness_has_app, running_twin
 
 from orchestrator.config.fleet import IphoneDeviceConfig
-from orchestrator.devices.base import ArtifactFile, Artifacts, TrialFailure
 from orchestrator.devices.contract import check_device_contract, contract_spec
 from orchestrator.devices.iphone import IphoneDevice
 from orchestrator.protocol import TrialResult
+from orchestrator.protocol.device import ArtifactFile, Artifacts, TrialFailure
 from orchestrator.twin import make_ipa
 
 
@@ -105,7 +105,7 @@ def test_the_device_contract_holds_on_the_twin_running_the_real_harness(tmp_path
     async def body(device: IphoneDevice) -> None:
         await device.prepare(Artifacts())
         await _push(device, "/Documents/models/t1.gguf", MODEL.read_bytes())
-        await check_device_contract(device, engine="rawloop-cpu", model="models/t1.gguf", timeout=60)
+        await check_device_contract(device, engine="rawloop-cpu", model="models/t1.gguf", timeout=60, probes=False)
 
     with running_twin(tmp_path, ios=ios) as twin:
         asyncio.run(body(_device(twin, ipa)))

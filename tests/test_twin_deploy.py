@@ -17,12 +17,12 @@ import pytest
 from test_twin_backend import _device
 from twin_support import BUNDLE, HARNESS, MODEL, app_ipa, harness_has_app, running_twin
 
-from orchestrator.artifacts import sha256_file
-from orchestrator.devices.base import ArtifactFile, Artifacts, DeviceUnavailable, TrialFailure
 from orchestrator.devices.contract import contract_spec
 from orchestrator.devices.iphone import IphoneDevice
 from orchestrator.devices.iphone.container import CHUNK
 from orchestrator.protocol import TrialResult
+from orchestrator.protocol.device import ArtifactFile, Artifacts, DeviceUnavailable, TrialFailure
+from orchestrator.runtimes.artifacts import sha256_file
 from orchestrator.twin import ThreadedTwin, make_ipa
 
 

@@ -18,10 +18,10 @@ from test_twin_backend import _device
 from twin_support import BUNDLE, HARNESS, MODEL, STAND_IN_MODEL, app_executable, harness_has_app, running_twin
 
 from orchestrator.config.sim import ThermalModel
-from orchestrator.devices.base import ArtifactFile, Artifacts, TrialFailure
 from orchestrator.devices.contract import contract_spec
 from orchestrator.devices.iphone import IphoneDevice
 from orchestrator.protocol import TrialResult
+from orchestrator.protocol.device import ArtifactFile, Artifacts, TrialFailure
 from orchestrator.twin import ThreadedTwin, make_ipa
 
 OTHER = "com.example.competitor"

@@ -18,7 +18,7 @@ import pytest
 from test_twin_backend import _device
 from twin_support import app_ipa, running_twin
 
-from orchestrator.devices.base import Artifacts, DeviceUnavailable, Health
+from orchestrator.protocol.device import Artifacts, DeviceUnavailable, Health
 from orchestrator.twin import ThreadedTwin
 from orchestrator.twin.phone import Phone
 

@@ -15,8 +15,8 @@ from pymobiledevice3.services.installation_proxy import InstallationProxyService
 from test_twin_backend import _device
 from twin_support import BUNDLE, app_executable, app_ipa, lockdown, running_twin
 
-from orchestrator.devices.base import Artifacts, DeviceUnavailable
 from orchestrator.devices.iphone import IphoneDevice
+from orchestrator.protocol.device import Artifacts, DeviceUnavailable
 from orchestrator.twin import ThreadedTwin, make_ipa
 
 OTHER = "com.example.litert"

@@ -18,10 +18,10 @@ import pytest
 from test_twin_backend import _device, _push
 from twin_support import STAND_IN_MODEL, app_ipa, running_twin
 
-from orchestrator.devices.base import Artifacts, TrialFailure
 from orchestrator.devices.contract import contract_spec
 from orchestrator.devices.iphone import IphoneDevice
 from orchestrator.protocol import TrialSpec
+from orchestrator.protocol.device import Artifacts, TrialFailure
 from orchestrator.twin import ThreadedTwin
 
 

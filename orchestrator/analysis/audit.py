@@ -20,7 +20,7 @@ import pandas as pd
 
 from orchestrator.config.candidates import CeilingTable, Thresholds
 from orchestrator.config.sim import SimDeviceConfig
-from orchestrator.results.records import Manifest
+from orchestrator.results.records import Manifest, device_chips
 from orchestrator.results.store import usable
 
 RULE = (
@@ -45,14 +45,13 @@ class Ceiling:
 
 
 def chip_class(manifest: Manifest, device: str, trials: pd.DataFrame | None = None) -> str:
-    """The device's chip class: what the run's trial table says (the device's own answer at its session's
-    start, e.g. an iPhone's, else the fleet's), else the fleet's, else its id."""
+    """The device's chip class: what the run's trial table says, else by the one rule of ``device_chips``
+    (what the device said at its session's start, e.g. an iPhone's, else the fleet's, else its kind)."""
     if trials is not None and "chip_class" in trials:
         said = trials.loc[trials["device"] == device, "chip_class"].dropna()
         if len(said):
             return str(said.iloc[0])
-    cfg = next((d for d in manifest.fleet.devices if d.id == device), None)
-    return (getattr(cfg, "chip_class", None) if cfg is not None else None) or device
+    return device_chips(manifest, []).get(device, device)
 
 
 def probe_gb_s(manifest: Manifest, device: str, trials: pd.DataFrame | None = None) -> float | None:

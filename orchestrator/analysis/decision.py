@@ -110,6 +110,12 @@ class ArmSample:
     def n(self) -> int:
         return int(self.values.size)
 
+    @classmethod
+    def of(cls, name: str, block_values: list[tuple[int, float]]) -> ArmSample:
+        """From (block, value) pairs as a running session collects them."""
+        return cls(name=name, values=np.array([v for _, v in block_values], dtype=np.float64),
+                   blocks=np.array([b for b, _ in block_values], dtype=np.int64))
+
 
 @dataclass(frozen=True)
 class Comparison:

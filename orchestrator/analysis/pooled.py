@@ -41,8 +41,7 @@ def class_verdicts(trials: pd.DataFrame, plan: Plan, chips: dict[str, str], *, s
         return pd.DataFrame(columns=CLASS_COLUMNS)
     col = plan.decision.column()
     ok = usable(trials, col)
-    arms = [a.name for a in plan.arms]
-    pairs = [(b, c) for i, b in enumerate(arms) for c in arms[i + 1:]]
+    arms, pairs = [a.name for a in plan.arms], plan.pairs()
     devices = list(dict.fromkeys(trials["device"]))
     rows: list[dict[str, Any]] = []
     by_class: dict[str, list[str]] = {}

@@ -76,6 +76,55 @@ LookAction = Literal["continue", "decided", "futile", "final"]
 
 
 @dataclass(frozen=True)
+class PairLook:
+    baseline: str
+    candidate: str
+    ratio: float
+    p_value: float
+    action: str  # a sequential look's LookAction, or an adaptive look's answer (faster/slower/equivalent/continue)
+
+
+@dataclass(frozen=True)
+class FamilyLook:
+    """One look at a device's (or a pooled class's) pairs together, as a running session takes it."""
+
+    index: int
+    n_per_arm: int
+    action: LookAction  # decided / futile: stop; continue / final: go on
+    pairs: list[PairLook]
+
+
+def due(rule: DecisionRule, cap: int, n_per_arm_done: int, *, after: int) -> int | None:
+    """The look due after `n_per_arm_done` launches per arm once look `after` was taken (None: none is)."""
+    if rule.adaptive is not None:
+        return adaptive_due(rule, cap, n_per_arm_done, after=after)
+    return due_look(rule, n_per_arm_done, after=after)
+
+
+def take_look(samples: dict[str, ArmSample], pairs: list[tuple[str, str]], rule: DecisionRule, index: int, *,
+              cap: int, seed: int = 0) -> FamilyLook:
+    """Look `index` (from `due`) on every pair's data so far; the family stops when all pairs are answered
+    (adaptive), or decided or futile (sequential)."""
+    family = [(samples[b], samples[c]) for b, c in pairs]
+    n = min(s.n for s in samples.values())
+    action: LookAction
+    if rule.adaptive is not None:
+        at = adaptive_looks(rule, cap, family=len(family))[index]
+        comps = decide_at(family, rule, at, seed=seed)
+        looks = [PairLook(b.name, c.name, comp.ratio if comp else float("nan"), comp.p_value if comp else float("nan"),
+                          comp.verdict if comp and comp.verdict != "inconclusive" else "continue")
+                 for (b, c), comp in zip(family, comps, strict=True)]
+        action = "decided" if all(p.action != "continue" for p in looks) else "continue"
+        return FamilyLook(index, n, action, looks)
+    decisions = look_family(family, rule, index, seed=seed)
+    actions = [d.action for d in decisions]
+    action = ("continue" if "continue" in actions else "final" if "final" in actions
+              else "decided" if "decided" in actions else "futile")
+    return FamilyLook(index, n, action, [PairLook(d.comparison.baseline, d.comparison.candidate, d.comparison.ratio,
+                                                  d.comparison.p_value, d.action) for d in decisions])
+
+
+@dataclass(frozen=True)
 class LookDecision:
     look: int  # index into rule.sequential.looks
     n_per_arm: int  # min(n_baseline, n_candidate) actually compared

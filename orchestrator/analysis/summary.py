@@ -57,16 +57,15 @@ def verdicts(trials: pd.DataFrame, plan: Plan, *, seed: int = 0) -> pd.DataFrame
         mine = ok[ok["device"] == device]
         samples = {a: _sample(mine[mine["arm"] == a], a, col) for a in arms}
         family: list[Comparison] = []
-        for i, base in enumerate(arms):
-            for cand in arms[i + 1 :]:
-                try:
-                    family.append(compare(samples[base], samples[cand], plan.decision, alpha=alpha, seed=seed))
-                except InsufficientData as exc:
-                    rows.append(_empty(device, base, cand, str(exc), plan, alpha))
+        for base, cand in plan.pairs():
+            try:
+                family.append(compare(samples[base], samples[cand], plan.decision, alpha=alpha, seed=seed))
+            except InsufficientData as exc:
+                rows.append(_empty(device, base, cand, str(exc), plan, alpha))
         # The pairs that could be compared are one family (Holm's step-down unless the rule says none).
         for c in in_family(family, plan.decision):
             rows.append({k: v for k, v in asdict(c).items() if k in VERDICT_COLUMNS} | {"device": device})
-    order = {(b, c): k for k, (b, c) in enumerate((b, c) for i, b in enumerate(arms) for c in arms[i + 1:])}
+    order = {pair: k for k, pair in enumerate(plan.pairs())}
     rows.sort(key=lambda r: (r["device"], order[(r["baseline"], r["candidate"])]))
     return pd.DataFrame(rows, columns=VERDICT_COLUMNS)
 
@@ -74,8 +73,7 @@ def verdicts(trials: pd.DataFrame, plan: Plan, *, seed: int = 0) -> pd.DataFrame
 def _adaptive_verdicts(trials: pd.DataFrame, plan: Plan, seed: int) -> pd.DataFrame:
     col, rows = plan.decision.column(), []
     ok = usable(trials, col)
-    arms = [a.name for a in plan.arms]
-    pairs = [(b, c) for i, b in enumerate(arms) for c in arms[i + 1:]]
+    arms, pairs = [a.name for a in plan.arms], plan.pairs()
     cap = plan.launches_per_arm()
     last = adaptive_looks(plan.decision, cap, family=len(pairs))[-1]
     for device in sorted(trials["device"].unique()):

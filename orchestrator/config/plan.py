@@ -21,7 +21,7 @@ from orchestrator.config.base import (
     Timeout,
     Wait,
 )
-from orchestrator.protocol import FailureKind, TrialResult
+from orchestrator.protocol import FailureKind, TrialResult, TrialSpec
 
 # A trial's decode: every token is timed and journaled, trial1 and each warm repetition alike.
 MAX_DECODE_TOKENS = 2**15
@@ -303,3 +303,20 @@ class Plan(Strict):
 
     def arm(self, name: str) -> Arm:
         return next(a for a in self.arms if a.name == name)
+
+    def pairs(self) -> list[tuple[str, str]]:
+        """Every (baseline, candidate) pair of arms the rule compares: each arm against every later one."""
+        names = [a.name for a in self.arms]
+        return [(base, cand) for i, base in enumerate(names) for cand in names[i + 1:]]
+
+    def spec_for(self, arm_name: str, *, run_id: str, trial_id: str, model: str | None = None,
+                 tuning_table: str | None = None) -> TrialSpec:
+        """The one way a trial spec is made from the plan: `model` and `tuning_table` as the device names
+        them once prepare placed them (else the plan's paths: a sim takes them as labels)."""
+        arm, t = self.arm(arm_name), self.trial
+        return TrialSpec(
+            run_id=run_id, trial_id=trial_id, engine=arm.runtime, model=model or self.model,
+            prompt_tokens=t.prompt_tokens, decode_tokens=t.decode_tokens, chunk_width=t.chunk_width,
+            warm_repetitions=t.warm_repetitions, seed=self.seed, threads=arm.threads, build=arm.build,
+            tuning=dict(arm.engine), clear_caches=list(t.clear_caches), tuning_table=tuning_table or arm.tuning_table,
+        )

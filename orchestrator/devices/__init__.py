@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import shlex
 import sys
+from typing import TYPE_CHECKING
 
 from orchestrator.clock import Clock, SystemClock, VirtualClock
 from orchestrator.config.fleet import Fleet, HostDeviceConfig, SshHost
 from orchestrator.config.sim import SimDeviceConfig
-from orchestrator.devices.base import (
+from orchestrator.devices.base import Device
+from orchestrator.devices.fake import FakeDevice
+from orchestrator.protocol.device import (
     Artifacts,
-    Device,
     DeviceInfo,
     DeviceUnavailable,
     PrepareReport,
@@ -18,9 +20,11 @@ from orchestrator.devices.base import (
     TrialFailure,
     result_or_failure,
 )
-from orchestrator.devices.fake import FakeDevice
-from orchestrator.devices.runners import LocalRunner, Runner
-from orchestrator.devices.ssh import SshRunner
+from orchestrator.runners import LocalRunner, Runner
+from orchestrator.runners.ssh import SshRunner
+
+if TYPE_CHECKING:
+    from orchestrator.devices.host import Launchers
 
 __all__ = [
     "Artifacts",
@@ -47,11 +51,13 @@ def open_runner(fleet: Fleet, host: str) -> Runner:
     return SshRunner(ssh) if ssh is not None else LocalRunner()
 
 
-def open_device(fleet: Fleet, device_id: str, *, stream: int = 0) -> tuple[Device, Clock]:
+def open_device(fleet: Fleet, device_id: str, *, stream: int = 0, launchers: Launchers | None = None,
+                ) -> tuple[Device, Clock]:
     """The device and the clock its session runs on (virtual for simulated devices).
 
     A device on an SSH host runs its commands there; iPhones on another host (and hosts with
-    `via: agent`) are served by `orch agent` on that host.
+    `via: agent`) are served by `orch agent` on that host. `launchers` finds a host's runtimes that
+    are not the harness (the runtime catalog's adapters; without it a host runs the harness only).
     """
     cfg = fleet.device(device_id)
     if isinstance(cfg, SimDeviceConfig):
@@ -67,9 +73,9 @@ def open_device(fleet: Fleet, device_id: str, *, stream: int = 0) -> tuple[Devic
         command = shlex.split(ssh.orch_command) if ssh is not None else [sys.executable, "-m", "orchestrator"]
         return AgentDevice(cfg, runner, command), SystemClock()
     if isinstance(cfg, HostDeviceConfig):
-        from orchestrator.devices.host import HostDevice
+        from orchestrator.devices.host import HostDevice, harness_only
 
-        return HostDevice(cfg, runner), SystemClock()
+        return HostDevice(cfg, runner, launchers=launchers or harness_only), SystemClock()
     from orchestrator.devices.iphone import IphoneDevice
 
     return IphoneDevice(cfg), SystemClock()

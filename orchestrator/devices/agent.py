@@ -15,9 +15,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from orchestrator.config.fleet import HostDeviceConfig, IphoneDeviceConfig
 from orchestrator.config.sim import SimDeviceConfig
-from orchestrator.devices.base import (
+from orchestrator.devices.base import Device
+from orchestrator.devices.interference import CpuSample
+from orchestrator.protocol import TrialResult, TrialSpec
+from orchestrator.protocol.device import (
     Artifacts,
-    Device,
     DeviceInfo,
     DeviceUnavailable,
     Health,
@@ -25,17 +27,18 @@ from orchestrator.devices.base import (
     Placed,
     PrepareReport,
     Progress,
+    StreamProbe,
     Telemetry,
     TrialFailure,
 )
-from orchestrator.devices.deploy import push_to_host
-from orchestrator.devices.runners import ConnectionLost, LocalRunner, Runner, RunnerError, Stream
-from orchestrator.protocol import TrialResult, TrialSpec
-from orchestrator.runtimes.envs import host_cache
+from orchestrator.runners import ConnectionLost, LocalRunner, Runner, RunnerError, Stream
+from orchestrator.runners.cache import host_cache
+from orchestrator.runners.deploy import push_to_host
 
 AGENT_PROTOCOL = 1
 CALL_TIMEOUT_S = 120.0
 PREPARE_TIMEOUT_S = 1900.0
+PROBE_TIMEOUT_S = 700.0  # the host's own probe allows 600 s
 
 DeviceConfig = Annotated[SimDeviceConfig | HostDeviceConfig | IphoneDeviceConfig, Field(discriminator="kind")]
 
@@ -46,7 +49,8 @@ class _Msg(BaseModel):
 
 class Request(_Msg):
     id: int
-    op: Literal["open", "info", "prepare", "telemetry", "run_trial", "health", "close"]
+    op: Literal["open", "info", "prepare", "telemetry", "run_trial", "probe", "throttle_probe", "cpu_sample", "health",
+                "close"]
     protocol: int = AGENT_PROTOCOL
     device: DeviceConfig | None = None
     artifacts: Artifacts | None = None
@@ -69,6 +73,26 @@ class Pushed(_Msg):
     total: int
 
 
+class AgentCpu(_Msg):
+    """A ``CpuSample`` on the wire (its per-process table as rows: pid, start, name, CPU seconds)."""
+
+    t: float
+    busy_s: float
+    own_s: float
+    cpus: int
+    others: list[tuple[int, int, str, float]] = Field(default_factory=list)
+    source: str
+
+    @classmethod
+    def of(cls, s: CpuSample) -> AgentCpu:
+        return cls(t=s.t, busy_s=s.busy_s, own_s=s.own_s, cpus=s.cpus, source=s.source,
+                   others=[(pid, start, name, cpu) for (pid, start), (name, cpu) in s.others.items()])
+
+    def sample(self) -> CpuSample:
+        return CpuSample(t=self.t, busy_s=self.busy_s, own_s=self.own_s, cpus=self.cpus, source=self.source,
+                         others={(pid, start): (name, cpu) for pid, start, name, cpu in self.others})
+
+
 class Reply(_Msg):
     id: int
     pushed: Pushed | None = None
@@ -78,6 +102,9 @@ class Reply(_Msg):
     result: TrialResult | None = None
     failure: TrialFailure | None = None
     health: Health | None = None
+    probe: StreamProbe | None = None
+    throughput: float | None = Field(default=None, description="throttle_probe's answer")
+    cpu: AgentCpu | None = None
     error: AgentError | None = None
 
 
@@ -182,6 +209,17 @@ class AgentDevice(Device):
         reply = await self._call(CALL_TIMEOUT_S, op="telemetry")
         assert reply.telemetry is not None
         return reply.telemetry
+
+    async def probe(self) -> StreamProbe | None:
+        return (await self._call(PROBE_TIMEOUT_S, op="probe")).probe
+
+    async def throttle_probe(self) -> float | None:
+        return (await self._call(PROBE_TIMEOUT_S, op="throttle_probe")).throughput
+
+    async def cpu_sample(self) -> CpuSample | None:
+        """The agent's host's counters (the agent and the trials it launches are its `own`)."""
+        cpu = (await self._call(CALL_TIMEOUT_S, op="cpu_sample")).cpu
+        return cpu.sample() if cpu is not None else None
 
     async def health(self) -> Health:
         try:

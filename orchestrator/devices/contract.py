@@ -5,16 +5,9 @@ Shipped with the package, like a conformance checker, so each backend's tests ca
 
 from __future__ import annotations
 
-from orchestrator.devices.base import (
-    Artifacts,
-    Device,
-    DeviceInfo,
-    PrepareReport,
-    StreamProbe,
-    Telemetry,
-    TrialFailure,
-)
+from orchestrator.devices.base import Device
 from orchestrator.protocol import TrialResult, TrialSpec
+from orchestrator.protocol.device import Artifacts, DeviceInfo, PrepareReport, StreamProbe, Telemetry, TrialFailure
 
 
 def contract_spec(engine: str, model: str, trial_id: str = "contract-0000", **over: object) -> TrialSpec:
@@ -26,8 +19,10 @@ def contract_spec(engine: str, model: str, trial_id: str = "contract-0000", **ov
     return TrialSpec.model_validate(fields)
 
 
-async def check_device_contract(device: Device, *, engine: str, model: str, timeout: float = 300.0) -> None:
-    """Raise AssertionError naming the broken clause; return None when the backend conforms."""
+async def check_device_contract(device: Device, *, engine: str, model: str, timeout: float = 300.0,
+                                probes: bool = True) -> None:
+    """Raise AssertionError naming the broken clause; return None when the backend conforms. `probes`: the
+    backend measures its stream ceiling and runs the throttle probe (False: it says None to both)."""
     info = await device.info()
     assert isinstance(info, DeviceInfo), "info() must return DeviceInfo"
     assert info.id == device.id, f"info().id {info.id!r} != device.id {device.id!r}"
@@ -38,8 +33,12 @@ async def check_device_contract(device: Device, *, engine: str, model: str, time
     assert again.skipped, "a second prepare() of the same harness must skip the install"
     assert again.installed == first.installed
 
-    measured = await device.probe()
-    assert measured is None or (isinstance(measured, StreamProbe) and measured.gb_s > 0), "probe(): GB/s or None"
+    measured, throughput = await device.probe(), await device.throttle_probe()
+    if probes:
+        assert isinstance(measured, StreamProbe) and measured.gb_s > 0, f"probe() must measure GB/s: {measured!r}"
+        assert isinstance(throughput, float) and throughput > 0, f"throttle_probe() must measure: {throughput!r}"
+    else:
+        assert measured is None and throughput is None, "a backend without probes says None"
 
     reading = await device.telemetry()
     assert isinstance(reading, Telemetry), "telemetry() must return Telemetry"

@@ -4,18 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from orchestrator.devices.base import (
-    Artifacts,
-    Device,
-    DeviceInfo,
-    Placed,
-    PrepareReport,
-    Progress,
-    Telemetry,
-    TrialFailure,
-)
+from orchestrator.devices.base import Device
 from orchestrator.devices.interference import CpuSample
 from orchestrator.protocol import TrialResult, TrialSpec
+from orchestrator.protocol.device import Artifacts, DeviceInfo, Placed, PrepareReport, Progress, Telemetry, TrialFailure
 
 Handler = Callable[[TrialSpec], TrialResult | TrialFailure]
 

@@ -9,14 +9,17 @@ import json
 import re
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Protocol
 
 from orchestrator.config.fleet import HostDeviceConfig
-from orchestrator.devices.base import (
+from orchestrator.devices.base import Device
+from orchestrator.devices.interference import CpuSample, read_cpu
+from orchestrator.protocol import TrialResult, TrialSpec
+from orchestrator.protocol.device import (
     ArtifactFile,
     Artifacts,
-    Device,
     DeviceInfo,
     DeviceUnavailable,
     Placed,
@@ -27,16 +30,11 @@ from orchestrator.devices.base import (
     TrialFailure,
     result_or_failure,
 )
-from orchestrator.devices.deploy import push_to_host, remote_sha256
-from orchestrator.devices.interference import CpuSample, read_cpu
-from orchestrator.devices.runners import CommandResult, LocalRunner, Runner, RunnerError
-from orchestrator.protocol import TrialResult, TrialSpec
-from orchestrator.runtimes.base import RuntimeContext, adapter_for
-from orchestrator.runtimes.envs import host_cache
+from orchestrator.runners import CommandResult, LocalRunner, Runner, RunnerError
+from orchestrator.runners.cache import RuntimeContext, host_cache
+from orchestrator.runners.deploy import push_to_host, remote_sha256
 
 REPO_HARNESS = Path(__file__).resolve().parents[2] / "ios_harness"
-HARNESS_ENGINES = ("rawloop-cpu",)
-HARNESS_CACHES = ("page_cache", "compiled_kernels")  # what the harness's raw loops can clear (clearableCaches)
 BUILD_TIMEOUT_S = 1800.0
 PROBE_TIMEOUT_S = 600.0
 # The throttle probe: the same fixed work every time (a million loop passes), timed inside the process so
@@ -55,9 +53,25 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
+class Launcher(Protocol):
+    """What launches a runtime that is not the harness: a runtime adapter (``runtimes.base``)."""
+
+    async def run_trial(self, ctx: RuntimeContext, spec: TrialSpec, timeout: float) -> TrialResult | TrialFailure: ...
+
+
+Launchers = Callable[[str], Launcher | None]
+"""A runtime's launcher by name; None: the harness CLI runs it. The app injects the runtime catalog's."""
+
+
+def harness_only(runtime: str) -> Launcher | None:
+    return None
+
+
 class HostDevice(Device):
-    def __init__(self, cfg: HostDeviceConfig, runner: Runner, *, source: Path | None = None):
+    def __init__(self, cfg: HostDeviceConfig, runner: Runner, *, launchers: Launchers = harness_only,
+                 source: Path | None = None):
         self.id = cfg.id
+        self.launchers = launchers
         self.cfg = cfg
         self.runner = runner
         self.source = Path(cfg.source).expanduser() if cfg.source else (source or REPO_HARNESS)
@@ -258,11 +272,8 @@ class HostDevice(Device):
     async def _trial(self, spec: TrialSpec, timeout: float) -> TrialResult | TrialFailure:
         if spec.model.startswith("~"):  # a path as the host sees it: its home, not ours
             spec = spec.model_copy(update={"model": await self.runner.expand(spec.model)})
-        if spec.engine not in HARNESS_ENGINES:
-            adapter = adapter_for(spec.engine)
-            if adapter is None:
-                return TrialFailure(kind="launch_failed", message=f"no adapter for runtime {spec.engine!r} on hosts")
-            return await adapter.run_trial(RuntimeContext(self.runner, await self._workdir(), self.id), spec, timeout)
+        if (launcher := self.launchers(spec.engine)) is not None:
+            return await launcher.run_trial(RuntimeContext(self.runner, await self._workdir(), self.id), spec, timeout)
         harness = await self._harness_path()
         base = f"{await self._workdir()}/runs/{spec.run_id}"
         spec_path, out_path = f"{base}/specs/{spec.trial_id}.json", f"{base}/results/{spec.trial_id}.json"

@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from orchestrator.devices.base import Interference
+from orchestrator.protocol.device import Interference
 
 TOP = 3  # how many other processes a reading names
 

@@ -16,9 +16,10 @@ import numpy as np
 
 from orchestrator.clock import VirtualClock
 from orchestrator.config.sim import RuntimeTruth, SimDeviceConfig
-from orchestrator.devices.base import (
+from orchestrator.devices.base import Device
+from orchestrator.protocol import ThermalState, TrialResult, TrialSpec
+from orchestrator.protocol.device import (
     Artifacts,
-    Device,
     DeviceInfo,
     DeviceUnavailable,
     PrepareReport,
@@ -28,7 +29,6 @@ from orchestrator.devices.base import (
     TrialFailure,
     result_or_failure,
 )
-from orchestrator.protocol import ThermalState, TrialResult, TrialSpec
 
 PROBE_S, PROBE_NOISE = 1.0, 0.01  # the throttle probe: a second of reference work, 1% run-to-run noise
 WARM_SPEEDUP = 1.04  # warm repetitions run a little faster than trial1, as on real devices

@@ -21,6 +21,7 @@ from orchestrator.results.records import (
     SessionStopped,
     SettleWaiting,
     TrialRecord,
+    device_chips,
 )
 from orchestrator.results.store import excluded_counts
 
@@ -94,7 +95,7 @@ def verdict_table(verdicts: pd.DataFrame, manifest: Manifest, chips: dict[str, s
         f"{rule.min_effect:.0%}, equivalence ±{rule.equivalence_margin:.0%}; rule {manifest.rule_digest})",
         title_justify="left",
     )
-    chips = chips or {d.id: getattr(d, "chip_class", None) or d.kind for d in manifest.fleet.devices}
+    chips = chips or device_chips(manifest, [])
     for col in ("device", "chip", "comparison", "n", "baseline tok/s", "candidate tok/s", "ratio [CI]", "p",
                 "σ", "MDE", "verdict", "device min"):
         table.add_column(col, justify="left" if col in ("device", "chip", "comparison", "verdict") else "right")

@@ -83,9 +83,10 @@ def token_gates(manifest: Manifest, records: list[Any]) -> pd.DataFrame:
 
 
 def _reference_gates(run: RunDir, records: list[Any]) -> pd.DataFrame | None:
-    from orchestrator.runtimes.gating import gates_of
+    from orchestrator.analysis.gating import gates_of
+    from orchestrator.runtimes.gater import Gater
 
-    gates = gates_of(run, records)
+    gates = gates_of(run, Gater(), records)
     return gates if len(gates) else None
 
 

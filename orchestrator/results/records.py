@@ -6,7 +6,10 @@ Schema history:
   (what the device said it is: an iPhone's from its ProductType); a `trial` record's `interference`
   (other processes' CPU during it), `throttle` (the settle gate's throttle probe before it) and
   `excluded` (why its number is kept out of verdicts, the audit and rank); `attempt_spoiled` records
-  (an attempt whose number could not be trusted, retried).
+  (an attempt whose number could not be trusted, retried); a `prepared` record's `info` (the device's
+  model, chip, OS and harness version as it said at the session's (re)start: `chip_class` is then left
+  empty, read from `info`; a resume on a device that says otherwise is refused unless accepted); a
+  `settle`'s `unavailable` (its last poll could not reach the device).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from orchestrator.config.fleet import Fleet
 from orchestrator.config.plan import Plan
-from orchestrator.devices.base import Interference, Placed, StreamProbe, Telemetry, TrialFailure
+from orchestrator.protocol.device import DeviceInfo, Interference, Placed, StreamProbe, Telemetry, TrialFailure
 from orchestrator.protocol import TrialResult
 
 SCHEMA_VERSION: Literal[1] = 1
@@ -80,6 +83,7 @@ class Settle(_Rec):
     baseline_c: float | None
     before: Telemetry | None
     blocking: list[str] = Field(default_factory=list, description="What still held the gate at the last poll")
+    unavailable: bool = Field(default=False, description="The last poll could not reach the device at all")
     throttle: ThrottleCheck | None = Field(default=None, description="The throttle probe, where the plan runs one")
     quiet: Interference | None = Field(default=None, description="Other processes' CPU in the second before the "
                                        "launch, where the plan waits for quiet (interference.quiet_wait_s)")
@@ -104,9 +108,22 @@ class PreparedRecord(_Rec):
     model: str = Field(description="The model as this session's specs name it (device-local path, or the plan's)")
     model_sha256: str | None = None
     tuning: dict[str, str] = Field(default_factory=dict, description="Arm -> its tuning table as the specs name it")
-    chip_class: str | None = Field(default=None, description="The device's own answer (info()), e.g. an iPhone's")
+    chip_class: str | None = Field(default=None, description="Older journals: the device's own chip answer (now in info)")
+    info: DeviceInfo | None = Field(default=None, description="What the device said it is: model, chip, OS, harness")
     seconds: float = Field(default=0.0, ge=0, description="Device time info() and prepare took (installs, pushes)")
     wall: float
+
+    def chip(self) -> str | None:
+        return self.info.chip_class if self.info is not None else self.chip_class
+
+    def changes(self, info: DeviceInfo, installed: str | None) -> list[str]:
+        """How the device now differs from what this record says it was (phone model, chip, OS, harness
+        build): a session resumed across such a change would mix measurements of two devices."""
+        was = self.info
+        pairs = [("harness", self.installed, installed)]
+        if was is not None:
+            pairs += [("model", was.model, info.model), ("chip", was.chip_class, info.chip_class), ("OS", was.os, info.os)]
+        return [f"{what} {a} -> {b}" for what, a, b in pairs if a != b]
 
 
 class PushProgress(_Rec):
@@ -201,7 +218,7 @@ class LookRecord(_Rec):
 
 StopReason = Literal[
     "completed", "decided", "futile", "settle_timeout", "device_unavailable", "too_many_failures", "prepare_failed",
-    "interrupted", "backend_error", "budget",
+    "interrupted", "backend_error", "budget", "device_changed",
 ]
 EARLY_STOPS = ("decided", "futile", "budget")  # planned ends: the rule (or the plan's device-time budget) said stop
 
@@ -231,5 +248,5 @@ RECORD = TypeAdapter(Record)
 def device_chips(manifest: Manifest, records: list[Any]) -> dict[str, str]:
     """Each device's chip class for tables: what the device said at its last (re)start (an iPhone names
     its chip only when asked), else the fleet's `chip_class`, else its kind."""
-    said = {r.device: r.chip_class for r in records if isinstance(r, PreparedRecord) and r.chip_class}
+    said = {r.device: chip for r in records if isinstance(r, PreparedRecord) and (chip := r.chip())}
     return {d.id: said.get(d.id) or getattr(d, "chip_class", None) or d.kind for d in manifest.fleet.devices}

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
+import json
 import os
 import re
 import shutil
@@ -88,10 +90,34 @@ class RunDir:
     def device_time_path(self) -> Path:
         return self.path / "device_time.csv"
 
+    @property
+    def stamp_path(self) -> Path:
+        return self.path / "derived.json"
+
+    def journal_stamp(self) -> dict[str, Any]:
+        """What derived tables are made from: the journal's length and sha256 (not file times, which a
+        copy, a restore or a coarse clock changes)."""
+        h, n = hashlib.sha256(), 0
+        with open(self.journal_path, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+                n += len(chunk)
+        return {"journal_bytes": n, "journal_sha256": h.hexdigest()}
+
+    def stamp(self, made_from: dict[str, Any], tables: list[Path]) -> None:
+        """Say which tables `derive` wrote from the journal as `made_from` describes it (written last)."""
+        write_atomic(self.stamp_path, json.dumps({**made_from, "tables": sorted(p.name for p in tables)},
+                                                 indent=1).encode())
+
     def fresh(self, derived: Path) -> bool:
-        """A table derived from the journal is current: written after the journal's last record."""
-        return (derived.exists() and self.journal_path.exists()
-                and derived.stat().st_mtime >= self.journal_path.stat().st_mtime)
+        """A table derived from the journal is current: the last derive wrote it from the journal as it is now."""
+        try:
+            stamp = json.loads(self.stamp_path.read_bytes())
+            now = self.journal_stamp()
+        except (OSError, ValueError):
+            return False
+        return (isinstance(stamp, dict) and derived.name in stamp.get("tables", []) and derived.exists()
+                and all(stamp.get(k) == v for k, v in now.items()))
 
     @property
     def lock_path(self) -> Path:

@@ -9,38 +9,15 @@ prints into the typed TrialResult (or a typed TrialFailure holding the tail of i
 from __future__ import annotations
 
 import abc
-from dataclasses import dataclass
 
-from orchestrator.devices.base import TrialFailure
-from orchestrator.devices.runners import Runner
 from orchestrator.protocol import TrialResult, TrialSpec
-
-
-@dataclass(frozen=True)
-class RuntimeContext:
-    """Where an adapter works: the host's runner, a work directory on that host (absolute), the device."""
-
-    runner: Runner
-    workdir: str
-    device_id: str
+from orchestrator.protocol.device import TrialFailure
+from orchestrator.runners.cache import RuntimeContext
 
 
 class RuntimeAdapter(abc.ABC):
-    name: str
-    label: str  # what reports call it, e.g. "MLX (CPU, Linux)"
+    name: str  # its entry in the catalog (``runtimes.catalog``), which holds every other fact about it
 
     @abc.abstractmethod
     async def run_trial(self, ctx: RuntimeContext, spec: TrialSpec, timeout: float) -> TrialResult | TrialFailure:
         """One fresh process of this runtime for `spec`; never raises for a runtime fault."""
-
-
-ADAPTERS: dict[str, RuntimeAdapter] = {}
-
-
-def register(adapter: RuntimeAdapter) -> RuntimeAdapter:
-    ADAPTERS[adapter.name] = adapter
-    return adapter
-
-
-def adapter_for(name: str) -> RuntimeAdapter | None:
-    return ADAPTERS.get(name)

@@ -17,10 +17,10 @@ import posixpath
 from collections.abc import Mapping
 from typing import Any
 
-from orchestrator.devices.runners import RunnerError
 from orchestrator.protocol import TrialSpec
-from orchestrator.runtimes.base import RuntimeContext
-from orchestrator.runtimes.envs import host_cache, host_env_python, installed_on
+from orchestrator.runners import RunnerError
+from orchestrator.runners.cache import RuntimeContext, host_cache
+from orchestrator.runtimes.envs import host_env_python, installed_on
 from orchestrator.runtimes.process import DRIVERS, ERROR, Artifact, ArtifactError, DriverAdapter, tail
 from orchestrator.runtimes.source import quant_class, read_json, source_digest, source_dir, vocab_size
 

@@ -11,7 +11,6 @@ runtime imported: a failed or interrupted install is never mistaken for a workin
 from __future__ import annotations
 
 import json
-import os
 import re
 import tempfile
 import time
@@ -19,7 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from orchestrator.devices.runners import LocalRunner, Runner
+from orchestrator.runners import Runner
+from orchestrator.runners.cache import cache_root, host_cache
 
 
 @dataclass(frozen=True)
@@ -31,59 +31,13 @@ class EnvSpec:
     build_env: dict[str, str] = field(default_factory=dict)
 
 
-_VERSIONS = (
-    "import json, importlib.metadata as m; print(json.dumps({p: m.version(p) for p in %r}))"
-)
-
-# llama.cpp builds from source (no wheels on PyPI). Only the library is built: the examples,
-# tools, server and the multimodal library (mtmd: loaded by the binding only for vision chat
-# formats) add minutes and nothing the adapter uses.
-ENVS: dict[str, EnvSpec] = {
-    "llamacpp": EnvSpec(
-        "llamacpp", ("llama-cpp-python==0.3.36",),
-        "import llama_cpp; " + _VERSIONS % (["llama-cpp-python"],),
-        "builds llama.cpp from source: ~4 min on 2 cores",
-        {"CMAKE_ARGS": "-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF "
-                       "-DLLAMA_BUILD_SERVER=OFF -DMTMD_BUILD=OFF -DLLAVA_BUILD=OFF",
-         "CMAKE_BUILD_PARALLEL_LEVEL": str(os.cpu_count() or 2)},
-    ),
-    # The model builder converts with torch; the CPU wheel is enough.
-    "ort-genai": EnvSpec(
-        "ort-genai", ("onnxruntime-genai==0.18.0", "torch==2.13.0", "transformers", "onnx", "onnx-ir"),
-        "import onnxruntime_genai; " + _VERSIONS % (["onnxruntime-genai", "onnxruntime", "torch"],),
-        "wheels: ~1.5 min, ~1.5 GB",
-    ),
-    "mlx": EnvSpec(
-        "mlx", ("mlx[cpu]==0.32.4", "mlx-lm==0.32.2"),
-        "import mlx.core; " + _VERSIONS % (["mlx", "mlx-lm"],),
-        "wheels: ~30 s (the CPU backend on Linux)",
-    ),
-    # LiteRT-LM's engine (litert-lm-api) runs the .litertlm file; litert-torch converts the HF weights
-    # to it (and needs tensorflow-cpu without declaring it); torch pinned to the local CPU wheel.
-    "litert-lm": EnvSpec(
-        "litert-lm", ("litert-lm==0.18.1", "litert-lm-api==0.18.1", "litert-lm-builder==0.18.1", "litert-torch==0.10.0",
-                      "ai-edge-litert", "tensorflow-cpu", "torch==2.13.0"),
-        "import litert_lm; " + _VERSIONS % (["litert-lm-api", "litert-torch", "ai-edge-litert", "torch"],),
-        "wheels: ~2 min, ~3.7 GB (tensorflow-cpu for the converter)",
-    ),
-}
-
-
-def cache_root() -> Path:
-    root = os.environ.get("ORCH_CACHE")
-    return Path(root) if root else Path.home() / ".cache" / "orch"
+def versions_probe(*packages: str) -> str:
+    """Python printing the installed versions of `packages` as JSON: the end of an EnvSpec's probe."""
+    return f"import json, importlib.metadata as m; print(json.dumps({{p: m.version(p) for p in {list(packages)!r}}}))"
 
 
 def env_dir(name: str, root: Path | None = None) -> Path:
     return (root or cache_root()) / "runtimes" / name
-
-
-async def host_cache(runner: Runner) -> str:
-    """Where a host keeps orch's caches (runtimes, converted models), as that host sees it: this
-    machine's `cache_root()`, or an SSH host's `cache` folder."""
-    if isinstance(runner, LocalRunner):
-        return str(cache_root())
-    return await runner.expand(runner.cache)
 
 
 async def host_env_dir(runner: Runner, name: str) -> str:
@@ -180,12 +134,10 @@ async def _write(runner: Runner, text: str, path: str) -> None:
         await runner.put(local, path)
 
 
-async def install(runner: Runner, name: str, progress: Progress = lambda what, frac: None) -> Installed:
+async def install(runner: Runner, spec: EnvSpec, progress: Progress = lambda what, frac: None) -> Installed:
     """Create the environment on the runner's host and install its packages; idempotent (pip skips
     what is there). The stamp is written last, after the runtime imported."""
-    if name not in ENVS:
-        raise InstallError(f"no environment for {name!r}; installable: {', '.join(ENVS)}")
-    spec = ENVS[name]
+    name = spec.name
     d = await host_env_dir(runner, name)
     venv_python = f"{d}/venv/bin/python"
     t0 = time.monotonic()
@@ -230,5 +182,5 @@ async def uninstall(runner: Runner, name: str) -> int:
     return freed
 
 
-__all__ = ["ENVS", "EnvSpec", "InstallError", "Installed", "PipProgress", "cache_root", "disk_used", "env_dir",
-           "host_cache", "host_env_dir", "host_env_python", "install", "installed", "installed_on", "uninstall"]
+__all__ = ["EnvSpec", "InstallError", "Installed", "PipProgress", "disk_used", "env_dir",
+           "host_env_dir", "host_env_python", "install", "installed", "installed_on", "uninstall", "versions_probe"]

@@ -15,14 +15,12 @@ when the plan's clear_caches names it, so a trial can load cold.
 
 from __future__ import annotations
 
-from orchestrator.runtimes.base import register
 from orchestrator.runtimes.converted import ConvertingAdapter
 from orchestrator.runtimes.source import LITERT_QUANT
 
 
 class LiteRtLm(ConvertingAdapter):
     name = "litert-lm"
-    label = "LiteRT-LM (CPU)"
     driver = "litertlm_driver.py"
     cache_names = ("xnnpack_cache",)
     converter = "litertlm_convert.py"
@@ -32,4 +30,4 @@ class LiteRtLm(ConvertingAdapter):
     option = "quantize"
 
 
-ADAPTER = register(LiteRtLm())
+ADAPTER = LiteRtLm()

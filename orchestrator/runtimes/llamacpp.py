@@ -13,16 +13,15 @@ import posixpath
 from collections.abc import Mapping
 from typing import Any
 
-from orchestrator.devices.runners import LocalRunner
 from orchestrator.protocol import TrialSpec
-from orchestrator.runtimes.base import RuntimeContext, register
+from orchestrator.runners import LocalRunner
+from orchestrator.runners.cache import RuntimeContext
 from orchestrator.runtimes.process import Artifact, ArtifactError, DriverAdapter
 from orchestrator.runtimes.source import gguf_bytes_per_token, quant_class, source_dir, vocab_size
 
 
 class LlamaCpp(DriverAdapter):
     name = "llamacpp"
-    label = "llama.cpp"
     driver = "llamacpp_driver.py"
 
     def beside(self, engine: Mapping[str, Any]) -> tuple[str, ...]:
@@ -55,4 +54,4 @@ class LlamaCpp(DriverAdapter):
         return env
 
 
-ADAPTER = register(LlamaCpp())
+ADAPTER = LlamaCpp()

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from orchestrator.protocol import TrialSpec
-from orchestrator.runtimes.base import RuntimeContext, register
+from orchestrator.runners.cache import RuntimeContext
 from orchestrator.runtimes.process import Artifact, ArtifactError, DriverAdapter
 from orchestrator.runtimes.source import MLX_BITS, quant_class, read_json, source_dir, vocab_size
 
@@ -32,7 +32,6 @@ def bytes_per_token(config: dict[str, object], bits: int | None, group: int = 32
 
 class Mlx(DriverAdapter):
     name = "mlx"
-    label = "MLX (CPU, Linux)"
     driver = "mlx_driver.py"
 
     def beside(self, engine: Mapping[str, Any]) -> tuple[str, ...]:
@@ -61,4 +60,4 @@ class Mlx(DriverAdapter):
         return await vocab_size(ctx.runner, spec.model)
 
 
-ADAPTER = register(Mlx())
+ADAPTER = Mlx()

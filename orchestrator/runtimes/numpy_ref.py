@@ -11,16 +11,16 @@ import sys
 import tempfile
 from pathlib import Path
 
-from orchestrator.devices.base import TrialFailure, result_or_failure
-from orchestrator.devices.runners import LocalRunner, RunnerError
 from orchestrator.protocol import TrialResult, TrialSpec
-from orchestrator.runtimes.base import RuntimeAdapter, RuntimeContext, register
+from orchestrator.protocol.device import TrialFailure, result_or_failure
+from orchestrator.runners import LocalRunner, RunnerError
+from orchestrator.runners.cache import RuntimeContext
+from orchestrator.runtimes.base import RuntimeAdapter
 from orchestrator.runtimes.process import parse_output, tail
 
 
 class NumpyReference(RuntimeAdapter):
     name = "numpy"
-    label = "numpy reference"
 
     async def run_trial(self, ctx: RuntimeContext, spec: TrialSpec, timeout: float) -> TrialResult | TrialFailure:
         if not isinstance(ctx.runner, LocalRunner):
@@ -50,4 +50,4 @@ class NumpyReference(RuntimeAdapter):
         return outcome
 
 
-ADAPTER = register(NumpyReference())
+ADAPTER = NumpyReference()

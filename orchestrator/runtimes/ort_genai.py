@@ -8,14 +8,12 @@ compiled-graph cache is configured).
 
 from __future__ import annotations
 
-from orchestrator.runtimes.base import register
 from orchestrator.runtimes.converted import ConvertingAdapter
 from orchestrator.runtimes.source import ORT_PRECISION
 
 
 class OrtGenAI(ConvertingAdapter):
     name = "ort-genai"
-    label = "ONNX Runtime GenAI"
     driver = "ortgenai_driver.py"
     converter = "ortgenai_convert.py"
     marker = "genai_config.json"
@@ -24,4 +22,4 @@ class OrtGenAI(ConvertingAdapter):
     option = "precision"
 
 
-ADAPTER = register(OrtGenAI())
+ADAPTER = OrtGenAI()

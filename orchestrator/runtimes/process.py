@@ -21,10 +21,11 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from orchestrator.devices.base import TrialFailure
-from orchestrator.devices.runners import CommandResult, RunnerError
 from orchestrator.protocol import Generation, TrialResult, TrialSpec
-from orchestrator.runtimes.base import RuntimeAdapter, RuntimeContext
+from orchestrator.protocol.device import TrialFailure
+from orchestrator.runners import CommandResult, RunnerError
+from orchestrator.runners.cache import RuntimeContext
+from orchestrator.runtimes.base import RuntimeAdapter
 from orchestrator.runtimes.envs import host_env_python
 
 DRIVERS = Path(__file__).with_name("drivers")
@@ -187,7 +188,7 @@ class DriverAdapter(RuntimeAdapter):
         python = await host_env_python(ctx.runner, self.name)
         try:
             if not await ctx.runner.exists(python):
-                return TrialFailure(kind="launch_failed", message=f"{self.label} is not installed on {ctx.device_id}: "
+                return TrialFailure(kind="launch_failed", message=f"{self.name} is not installed on {ctx.device_id}: "
                                     f"run `orch runtimes install {self.name}`")
             try:
                 art = await self.artifact(ctx, spec)

@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from orchestrator.devices.runners import LocalRunner, Runner
+from orchestrator.runners import LocalRunner, Runner
 
 _FORMAT = re.compile(r"model-([A-Za-z0-9_]+)\.gguf$")
 

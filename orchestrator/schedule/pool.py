@@ -15,11 +15,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from orchestrator.analysis.decision import ArmSample
 from orchestrator.analysis.pooled import pooled_block
-from orchestrator.analysis.sequential import adaptive_due, adaptive_looks, decide_at
+from orchestrator.analysis.sequential import FamilyLook, due, take_look
 from orchestrator.config.fleet import Fleet
 from orchestrator.config.plan import Plan
 from orchestrator.results.records import LookRecord, Manifest, TrialRecord
@@ -69,10 +67,9 @@ class ClassPool:
     def leave(self, device: str) -> None:
         self.active.discard(device)
 
-    def look(self) -> tuple[int, int, list[tuple[str, str, float, float, str]]] | None:
-        """Every round the members have now finished, in order; at the first that reaches an interim
-        look: (look index, launches per arm, pairs as (baseline, candidate, ratio, p, action)). Sets
-        `decided` when every pair has its answer."""
+    def look(self) -> FamilyLook | None:
+        """Every round the members have now finished, in order; the look at the first that reaches an
+        interim look. Sets `decided` when every pair has its answer."""
         rule, arms = self.plan.decision, [a.name for a in self.plan.arms]
         if rule.adaptive is None or self.decided:
             return None
@@ -81,27 +78,16 @@ class ClassPool:
         while self.next_round <= frontier:
             upto, self.next_round = self.next_round, self.next_round + 1
             n = min(sum(1 for s, _, _ in self.values.get(a, []) if s <= upto) for a in arms)
-            index = adaptive_due(rule, cap, n, after=self.looks_done - 1)
+            index = due(rule, cap, n, after=self.looks_done - 1)
             if index is None:
                 continue
-            samples = {a: _sample(a, [(b, v) for s, b, v in self.values.get(a, []) if s <= upto]) for a in arms}
-            family = [(samples[b], samples[c]) for i, b in enumerate(arms) for c in arms[i + 1:]]
-            at = adaptive_looks(rule, cap, family=len(family))[index]
-            comps = decide_at(family, rule, at, seed=self.seed)
-            pairs: list[tuple[str, str, float, float, str]] = [
-                (b.name, c.name, comp.ratio if comp else math.nan, comp.p_value if comp else math.nan,
-                 comp.verdict if comp and comp.verdict != "inconclusive" else "continue")
-                for (b, c), comp in zip(family, comps, strict=True)]
+            samples = {a: ArmSample.of(a, [(b, v) for s, b, v in self.values.get(a, []) if s <= upto]) for a in arms}
+            taken = take_look(samples, self.plan.pairs(), rule, index, cap=cap, seed=self.seed)
             self.looks_done = index + 1
-            if all(p[4] != "continue" for p in pairs):
+            if taken.action == "decided":
                 self.decided = f"class {self.name}: pooled look {index} at {n} launches per arm"
-            return index, n, pairs
+            return taken
         return None
-
-
-def _sample(arm: str, values: list[tuple[int, float]]) -> ArmSample:
-    return ArmSample(name=arm, values=np.array([v for _, v in values], dtype=float),
-                     blocks=np.array([b for b, _ in values], dtype=int))
 
 
 def pools_for(manifest: Manifest, records: list[Any], running: list[str]) -> dict[str, ClassPool]:

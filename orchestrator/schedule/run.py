@@ -6,7 +6,8 @@ import asyncio
 from collections.abc import Callable, Mapping
 
 from orchestrator.clock import Clock
-from orchestrator.devices.base import Artifacts, Device
+from orchestrator.devices.base import Device
+from orchestrator.protocol.device import Artifacts
 from orchestrator.results.records import (
     EARLY_STOPS,
     AttemptFailed,
@@ -44,6 +45,7 @@ def resume_state(manifest: Manifest, records: list[Record]) -> dict[str, Session
             states[rec.device].used_s += rec.settle_waited_s + rec.duration_s
         elif isinstance(rec, PreparedRecord):
             states[rec.device].used_s += rec.seconds
+            states[rec.device].prepared = rec
         elif isinstance(rec, LookRecord):
             states[rec.device].looks_done = rec.look + 1
         elif isinstance(rec, ProbeRecord):
@@ -70,10 +72,12 @@ async def run_sessions(
     observe: Observer = lambda device, record: None,
     artifacts: Mapping[str, Artifacts] | None = None,
     records: list[Record] | None = None,
+    accept_change: bool = False,
 ) -> dict[str, StopReason]:
     """Run the sessions in `states` concurrently; each device's trials strictly in planned order.
     `artifacts`: what each device's prepare puts on it (by device id; none where absent). `records`:
-    the journal so far (a resumed run), for the class pools of pooled phones."""
+    the journal so far (a resumed run), for the class pools of pooled phones. `accept_change`: resume
+    sessions on devices that now say they are another model, chip, OS or harness build."""
     pools = pools_for(manifest, records or [], list(states))
 
     async def one(device_id: str) -> StopReason:
@@ -82,7 +86,7 @@ async def run_sessions(
             run_id=manifest.run_id, plan=manifest.plan, schedule=manifest.session(device_id), device=device,
             clock=clock, journal=journal, state=states[device_id],
             artifacts=(artifacts or {}).get(device_id, Artifacts()), observe=observe, seed=manifest.seed,
-            pool=pools.get(device_id),
+            pool=pools.get(device_id), accept_change=accept_change,
         )
         try:
             return await session.run()

@@ -7,16 +7,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-import numpy as np
 from pydantic import BaseModel
 
 from orchestrator.analysis.decision import ArmSample
-from orchestrator.analysis.sequential import adaptive_due, adaptive_looks, decide_at, due_look, look_family
+from orchestrator.analysis.sequential import due, take_look
 from orchestrator.clock import Clock
 from orchestrator.config.plan import Plan
-from orchestrator.devices.base import Artifacts, Device, DeviceUnavailable, Interference, TrialFailure
+from orchestrator.devices.base import Device
 from orchestrator.devices.interference import CpuSample, between
 from orchestrator.protocol import THERMAL_ORDER, TrialResult, TrialSpec
+from orchestrator.protocol.device import Artifacts, DeviceUnavailable, Interference, TrialFailure
 from orchestrator.results.records import (
     AttemptFailed,
     AttemptSpoiled,
@@ -54,6 +54,7 @@ class SessionState:
     looks_done: int = 0
     probed: bool = False
     used_s: float = 0.0  # device time spent so far: prepare, settle waits, launches (all attempts)
+    prepared: PreparedRecord | None = None  # what the device was at the session's last (re)start
 
 
 @dataclass
@@ -71,6 +72,7 @@ class Session:
     model: str | None = None  # the model as this device's programs name it, once prepare has placed it
     tuning: dict[str, str] = field(default_factory=dict)  # arm -> its tuning table as the device names it
     pool: ClassPool | None = None  # the class this device answers with (pool_by), when pooled
+    accept_change: bool = False  # resume on a device that now says it is another model, chip, OS or harness
 
     async def run(self) -> StopReason:
         try:
@@ -103,10 +105,17 @@ class Session:
         self.tuning = {arm: path for arm, name in self.artifacts.tuning.items() if (path := report.path_of(name))}
         if missing := sorted(set(self.artifacts.tuning) - set(self.tuning)):
             return "prepare_failed", f"{self.schedule.device}: prepare did not place the tuning tables of {missing}"
+        was = self.state.prepared
+        if was is not None and (changes := was.changes(info, report.installed)) and not self.accept_change:
+            return "device_changed", (f"{self.schedule.device} is not what its earlier trials ran on "
+                                      f"({', '.join(changes)}): resume with --accept-device-change to mix "
+                                      f"them, or start a new run")
         sha = next((f.sha256 for f in self.artifacts.files if f.name == wanted), None)
-        self._emit(PreparedRecord(device=self.schedule.device, installed=report.installed, skipped=report.skipped,
-                                  files=report.files, model=self.model, model_sha256=sha, tuning=self.tuning,
-                                  chip_class=info.chip_class, seconds=prepared_s, wall=self.clock.wall()))
+        self.state.prepared = PreparedRecord(
+            device=self.schedule.device, installed=report.installed, skipped=report.skipped, files=report.files,
+            model=self.model, model_sha256=sha, tuning=self.tuning, info=info, seconds=prepared_s,
+            wall=self.clock.wall())
+        self._emit(self.state.prepared)
         if self.plan.probe and not self.state.probed:
             await self._probe()
         gate = SettleGate(self.plan.settle, self.clock, lambda why: self.observe(self.schedule.device,
@@ -150,9 +159,8 @@ class Session:
             attempt += 1
             settle = await gate.wait(self.device)
             if not settle.settled:
-                unavailable = any(b.startswith("device unavailable") for b in settle.blocking)
                 self.observe(self.schedule.device, settle)
-                return "device_unavailable" if unavailable else "settle_timeout"
+                return "device_unavailable" if settle.unavailable else "settle_timeout"
             cpu_before = await self._cpu()
             t0, wall = self.clock.now(), self.clock.wall()
             try:
@@ -241,14 +249,8 @@ class Session:
         self.observe(self.schedule.device, PushProgress(name=name, sent=sent, total=total))
 
     def _spec(self, trial: ScheduledTrial) -> TrialSpec:
-        arm, t = self.plan.arm(trial.arm), self.plan.trial
-        return TrialSpec(
-            run_id=self.run_id, trial_id=trial.trial_id, engine=arm.runtime, model=self.model or self.plan.model,
-            prompt_tokens=t.prompt_tokens, decode_tokens=t.decode_tokens, chunk_width=t.chunk_width,
-            warm_repetitions=t.warm_repetitions, seed=self.plan.seed, threads=arm.threads, build=arm.build,
-            tuning=dict(arm.engine), clear_caches=list(t.clear_caches),
-            tuning_table=self.tuning.get(arm.name, arm.tuning_table),  # a sim: the plan's path, as a label
-        )
+        return self.plan.spec_for(trial.arm, run_id=self.run_id, trial_id=trial.trial_id, model=self.model,
+                                  tuning_table=self.tuning.get(trial.arm))
 
     def _budget_spent(self) -> str | None:
         """Why no further trial starts: the plan's device-time budget is used up (None while it is not)."""
@@ -264,72 +266,28 @@ class Session:
         assert self.pool is not None
         taken = self.pool.look()
         if taken is not None:
-            index, n, pairs = taken
             self._emit(LookRecord(
-                device=self.schedule.device, look=index, n_per_arm=n,
-                action="decided" if self.pool.decided else "continue", wall=self.clock.wall(),
-                pairs=[LookPair(baseline=b, candidate=c, ratio=r, p_value=p, action=a) for b, c, r, p, a in pairs],
+                device=self.schedule.device, look=taken.index, n_per_arm=taken.n_per_arm, action=taken.action,
+                wall=self.clock.wall(), pairs=[LookPair(**vars(p)) for p in taken.pairs],
             ))
         return "decided" if self.pool.decided else None
 
     def _look(self) -> StopReason | None:
-        """Group-sequential looks: stop when every pair is decided or futile (adaptive: answered)."""
-        rule = self.plan.decision
-        arms = [a.name for a in self.plan.arms]
+        """Group-sequential or adaptive looks: stop when every pair is decided or futile (adaptive: answered)."""
+        rule, arms = self.plan.decision, [a.name for a in self.plan.arms]
         n = min(len(self.state.values.get(a, [])) for a in arms)
-        if rule.adaptive is not None:
-            return self._adaptive_look(arms, n)
-        if rule.sequential is None:
-            return None
-        index = due_look(rule, n)
-        if index is None or index < self.state.looks_done:
-            return None
-        samples = {a: _sample(a, self.state.values.get(a, [])) for a in arms}
-        family = [(samples[base], samples[cand]) for i, base in enumerate(arms) for cand in arms[i + 1:]]
-        decisions = look_family(family, rule, index, seed=self.seed)
-        actions = [d.action for d in decisions]
-        pairs = [LookPair(baseline=d.comparison.baseline, candidate=d.comparison.candidate, ratio=d.comparison.ratio,
-                          p_value=d.comparison.p_value, action=d.action) for d in decisions]
-        self.state.looks_done = index + 1
-        if "continue" in actions:
-            action = "continue"
-        elif "final" in actions:
-            action = "final"
-        else:
-            action = "decided" if "decided" in actions else "futile"
-        self._emit(LookRecord(
-            device=self.schedule.device, look=index, n_per_arm=n, action=action, pairs=pairs, wall=self.clock.wall(),
-        ))
-        return action if action in ("decided", "futile") else None  # type: ignore[return-value]
-
-    def _adaptive_look(self, arms: list[str], n: int) -> StopReason | None:
-        """An interim look of the adaptive design: stop when every pair has its answer at this look."""
-        cap = self.plan.launches_per_arm()
-        index = adaptive_due(self.plan.decision, cap, n, after=self.state.looks_done - 1)
+        index = due(rule, self.plan.launches_per_arm(), n, after=self.state.looks_done - 1)
         if index is None:
             return None
-        samples = {a: _sample(a, self.state.values.get(a, [])) for a in arms}
-        family = [(samples[base], samples[cand]) for i, base in enumerate(arms) for cand in arms[i + 1:]]
-        at = adaptive_looks(self.plan.decision, cap, family=len(family))[index]
-        comps = decide_at(family, self.plan.decision, at, seed=self.seed)
-        pairs = [LookPair(baseline=b.name, candidate=c.name, ratio=comp.ratio if comp else float("nan"),
-                          p_value=comp.p_value if comp else float("nan"),
-                          action=comp.verdict if comp and comp.verdict != "inconclusive" else "continue")
-                 for (b, c), comp in zip(family, comps, strict=True)]
+        samples = {a: ArmSample.of(a, self.state.values.get(a, [])) for a in arms}
+        taken = take_look(samples, self.plan.pairs(), rule, index, cap=self.plan.launches_per_arm(), seed=self.seed)
         self.state.looks_done = index + 1
-        action = "decided" if all(p.action != "continue" for p in pairs) else "continue"
-        self._emit(LookRecord(device=self.schedule.device, look=index, n_per_arm=n, action=action, pairs=pairs,
-                              wall=self.clock.wall()))
-        return "decided" if action == "decided" else None
+        self._emit(LookRecord(
+            device=self.schedule.device, look=index, n_per_arm=taken.n_per_arm, action=taken.action,
+            pairs=[LookPair(**vars(p)) for p in taken.pairs], wall=self.clock.wall(),
+        ))
+        return "decided" if taken.action == "decided" else "futile" if taken.action == "futile" else None
 
     def _emit(self, record: BaseModel) -> None:
         self.journal.append(record)
         self.observe(self.schedule.device, record)
-
-
-def _sample(arm: str, values: list[tuple[int, float]]) -> ArmSample:
-    return ArmSample(
-        name=arm,
-        values=np.array([v for _, v in values], dtype=float),
-        blocks=np.array([b for b, _ in values], dtype=int),
-    )

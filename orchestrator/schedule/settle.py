@@ -7,8 +7,9 @@ from collections.abc import Callable
 
 from orchestrator.clock import Clock
 from orchestrator.config.plan import InterferenceLimit, SettlePolicy
-from orchestrator.devices.base import Device, DeviceUnavailable, Interference, Telemetry
+from orchestrator.devices.base import Device
 from orchestrator.devices.interference import between
+from orchestrator.protocol.device import DeviceUnavailable, Interference, Telemetry
 from orchestrator.results.records import Settle, ThrottleCheck
 
 QUIET_WINDOW_S = 1.0  # how long the gate watches other processes before a trial, when the plan asks it to
@@ -38,6 +39,7 @@ class SettleGate:
             polls += 1
             now = self.clock.now()
             reading: Telemetry | None
+            unavailable = True
             try:
                 reading = await device.telemetry()
             except DeviceUnavailable as exc:
@@ -45,7 +47,7 @@ class SettleGate:
             except Exception as exc:  # a backend bug reads as an unavailable device, named
                 reading, blocking = None, [f"device unavailable: telemetry raised {type(exc).__name__}: {exc}"]
             else:
-                blocking = self._blocking(reading, now)
+                unavailable, blocking = False, self._blocking(reading, now)
             waited = now - start
             # within a microsecond of the timeout is the timeout: a sleep of the float rounding left over
             # would not move a virtual clock at all, and the gate would poll forever
@@ -57,6 +59,7 @@ class SettleGate:
                 return Settle(
                     settled=not blocking, waited_s=round(waited, 3), polls=polls,
                     baseline_c=self.baseline, before=reading, blocking=blocking, throttle=throttle, quiet=quiet,
+                    unavailable=unavailable and bool(blocking),
                 )
             self.waiting("; ".join(blocking))
             gap_left = self._gap_left(now)

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 from packaging.version import Version
 
 from orchestrator.config.fleet import IphoneDeviceConfig
-from orchestrator.devices.base import DeviceUnavailable
 from orchestrator.devices.iphone.errors import call
+from orchestrator.protocol.device import DeviceUnavailable
 
 if TYPE_CHECKING:
     from pymobiledevice3.lockdown_service_provider import LockdownServiceProvider

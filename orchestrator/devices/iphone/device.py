@@ -12,21 +12,7 @@ from typing import TYPE_CHECKING
 
 from orchestrator.clock import Clock, SystemClock
 from orchestrator.config.fleet import IphoneDeviceConfig
-from orchestrator.devices.base import (
-    ArtifactFile,
-    Artifacts,
-    Device,
-    DeviceInfo,
-    DeviceUnavailable,
-    Health,
-    Placed,
-    PrepareReport,
-    Progress,
-    Telemetry,
-    TrialFailure,
-    result_or_failure,
-)
-from orchestrator.devices.deploy import MARKER, Throttle, check_room
+from orchestrator.devices.base import Device
 from orchestrator.devices.iphone import install as inst
 from orchestrator.devices.iphone.chips import chip_class, model_name
 from orchestrator.devices.iphone.connect import Connector, UsbConnector
@@ -46,6 +32,20 @@ from orchestrator.devices.iphone.paths import (
 )
 from orchestrator.devices.iphone.telemetry import ThermalProbe, battery, last_thermal
 from orchestrator.protocol import ThermalState, TrialResult, TrialSpec
+from orchestrator.protocol.device import (
+    ArtifactFile,
+    Artifacts,
+    DeviceInfo,
+    DeviceUnavailable,
+    Health,
+    Placed,
+    PrepareReport,
+    Progress,
+    Telemetry,
+    TrialFailure,
+    result_or_failure,
+)
+from orchestrator.runners.deploy import MARKER, Throttle, check_room
 
 if TYPE_CHECKING:
     from pymobiledevice3.lockdown_service_provider import LockdownServiceProvider

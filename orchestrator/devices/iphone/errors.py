@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 from pymobiledevice3 import exceptions as pmd
 
-from orchestrator.devices.base import DeviceUnavailable, HealthState
+from orchestrator.protocol.device import DeviceUnavailable, HealthState
 
 T = TypeVar("T")
 

@@ -21,10 +21,10 @@ from typing import TYPE_CHECKING, Any
 
 from packaging.version import InvalidVersion, Version
 
-from orchestrator.devices.base import DeviceUnavailable
 from orchestrator.devices.iphone.container import Container, VendModes
 from orchestrator.devices.iphone.errors import call, opened
 from orchestrator.devices.iphone.paths import check_bundle_id, marker_place
+from orchestrator.protocol.device import DeviceUnavailable
 
 if TYPE_CHECKING:
     from pymobiledevice3.lockdown_service_provider import LockdownServiceProvider

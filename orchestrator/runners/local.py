@@ -1,13 +1,8 @@
-"""Where commands run: the local machine (subprocess) or a host over SSH (``ssh.py``).
-
-Commands are argv lists, never shell strings: the local runner execs them directly, the SSH runner
-quotes every word with ``shlex.quote`` so names with spaces, quotes or ``$(...)`` arrive intact and
-execute nothing.
-"""
+"""The local machine's runner: commands as subprocesses in their own process group, their output
+bounded, and every process they leave behind found and killed."""
 
 from __future__ import annotations
 
-import abc
 import asyncio
 import contextlib
 import os
@@ -16,12 +11,9 @@ import signal
 import sys
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
-from orchestrator.devices.base import HealthState
-
-LineSink = Callable[[str], None]
+from orchestrator.runners.base import CommandResult, ConnectionLost, LineSink, Runner, Stream
 
 # What the local runner keeps of a command's output: a runaway command must not eat the controller's
 # memory. stderr is for people, and its end says what went wrong; stdout is the protocol
@@ -30,98 +22,6 @@ STDERR_TAIL = 64 * 1024
 STDOUT_KEEP = 16 * 1024 * 1024
 LINE_MAX = 16 * 1024 * 1024  # a longer line is cut to its start, which says what it is
 PIPE_GRACE_S = 2.0  # how long the pipes may outlive the command: a child that left its group can hold them
-
-
-@dataclass(frozen=True)
-class CommandResult:
-    returncode: int | None  # None when killed on timeout
-    stdout: str
-    stderr: str
-    timed_out: bool = False
-    stdout_dropped: int = 0  # bytes read but not kept (the earliest lines, the ends of overlong lines)
-    stderr_dropped: int = 0  # bytes before the kept tail
-
-    @property
-    def ok(self) -> bool:
-        return self.returncode == 0 and not self.timed_out
-
-
-class RunnerError(Exception):
-    """The runner could not do its job. `state` and `fix` feed the device's Health."""
-
-    state: HealthState = "unreachable"
-    fix: str | None = None
-
-    def __init__(self, message: str, fix: str | None = None):
-        super().__init__(message)
-        if fix is not None:
-            self.fix = fix
-
-
-class Unreachable(RunnerError):
-    state: HealthState = "unreachable"
-
-
-class AuthRefused(RunnerError):
-    state: HealthState = "auth_refused"
-
-
-class HostKeyRejected(RunnerError):
-    state: HealthState = "host_key_rejected"
-
-
-class ConnectionLost(RunnerError):
-    """The connection dropped mid-operation (after one reconnect attempt)."""
-
-    state: HealthState = "unreachable"
-
-
-class Stream(abc.ABC):
-    """A long-lived command spoken to in lines (stdin/stdout), e.g. `orch agent` on a lab host."""
-
-    @abc.abstractmethod
-    async def send(self, line: str) -> None: ...
-
-    @abc.abstractmethod
-    async def receive(self, timeout: float) -> str:
-        """The next stdout line; ConnectionLost when the command ended or the link dropped."""
-
-    @abc.abstractmethod
-    async def close(self) -> None: ...
-
-
-class Runner(abc.ABC):
-    """Run commands and move files on one host."""
-
-    name: str
-    python: str = "python3"  # the host's interpreter, for runtime environments
-    cache: str = "~/.cache/orch"  # the host's cache folder (runtimes, converted models)
-
-    @abc.abstractmethod
-    async def run(
-        self, argv: Sequence[str], *, timeout: float, cwd: str | None = None, on_line: LineSink | None = None
-    ) -> CommandResult:
-        """Run argv; kill it (and its children) when `timeout` expires; stream stdout lines to on_line."""
-
-    @abc.abstractmethod
-    async def put(self, local: Path, remote: str) -> None: ...
-
-    @abc.abstractmethod
-    async def get(self, remote: str, local: Path) -> None: ...
-
-    @abc.abstractmethod
-    async def exists(self, remote: str) -> bool: ...
-
-    @abc.abstractmethod
-    async def open_stream(self, argv: Sequence[str]) -> Stream:
-        """Start argv and talk to it in lines."""
-
-    @abc.abstractmethod
-    async def expand(self, path: str) -> str:
-        """A leading `~` made absolute for this host (quoted words are never tilde-expanded)."""
-
-    async def close(self) -> None:
-        return None
 
 
 class LocalRunner(Runner):

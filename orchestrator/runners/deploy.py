@@ -17,9 +17,9 @@ import re
 import time
 from pathlib import Path
 
-from orchestrator.devices.base import ArtifactFile, DeviceUnavailable, NoSpace, Placed, Progress
-from orchestrator.devices.runners import Runner
-from orchestrator.devices.ssh import SshRunner
+from orchestrator.protocol.device import ArtifactFile, DeviceUnavailable, NoSpace, Placed, Progress
+from orchestrator.runners import Runner
+from orchestrator.runners.ssh import SshRunner
 
 RESERVE_BYTES = 256 << 20  # kept free after a push: a disk filled to the last byte fails everything else on it
 MARKER = ".sha256"

@@ -4,6 +4,7 @@ For each arm the reference is the source model's GGUF of the arm's quantization 
 model, or the sibling file of the class the arm asked for: `gguf: Q4_0`, `precision: int4`), with
 the plan's prompt. The near-tie tolerance follows how close the runtime's arithmetic is to the
 reference's (``analysis.tokengate.TIE``). Simulated devices produce no real tokens: not gated.
+The reference decoder is passed in (a ``Decoder``: ``runtimes.gater.Gater`` decodes each once).
 """
 
 from __future__ import annotations
@@ -11,28 +12,28 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
+from typing import Any, Protocol
 
 import numpy as np
 import pandas as pd
 
-from orchestrator.analysis.tokengate import TIE, Gate, GateVerdict, gate
+from orchestrator.analysis.tokengate import TIE, GateVerdict, gate
 from orchestrator.config.plan import Arm
 from orchestrator.results.records import Manifest, Record, TrialRecord
 from orchestrator.results.store import RunDir, write_atomic
-from orchestrator.runtimes.base import adapter_for
+from orchestrator.runtimes import catalog
 from orchestrator.runtimes.converted import ConvertingAdapter
 from orchestrator.runtimes.source import quant_class
 
-OWN_QUANTIZER = ("ort-genai", "mlx", "litert-lm")  # convert from the HF weights with their own quantizers
 ORDER: tuple[GateVerdict, ...] = ("bit-exact", "quality-class", "mismatch")
 
 
 def requested_class(arm: Arm) -> str | None:
     """The class an arm asks for over the plan model's: `gguf: Q4_0`, or a converting runtime's
     recipe option (`precision: int4`, `quantize: dynamic_int4_block32`)."""
-    adapter = adapter_for(arm.runtime)
+    adapter = catalog.adapter_for(arm.runtime)
     if isinstance(adapter, ConvertingAdapter):
         return adapter.requested_class(arm.engine)
     return str(arm.engine["gguf"]) if arm.engine.get("gguf") else None
@@ -56,51 +57,20 @@ def tolerance(runtime: str, klass: str, ref_class: str) -> float:
         return TIE["same-weights"]
     if runtime == "numpy":
         return TIE["same-weights"]
-    return TIE["other-quantizer"] if runtime in OWN_QUANTIZER else TIE["same-class"]
+    own = (entry := catalog.get(runtime)) is not None and entry.own_quantizer
+    return TIE["other-quantizer"] if own else TIE["same-class"]
 
 
-@dataclass
-class _Reference:
-    weights: object
-    prompt: list[int]
-    tokens: list[int]
-    scored: dict[tuple[int, ...], np.ndarray]
+class Decoder(Protocol):
+    """The reference decoder a gate compares with (``runtimes.gater.Gater``: numpy, the model's own weights)."""
+
+    def reference(self, model: str, seed: int, prompt_tokens: int, decode_tokens: int, chunk: int) -> Any: ...
+
+    def scores(self, ref: Any, seq: Sequence[int]) -> np.ndarray: ...
 
 
-class Gater:
-    """Reference decodes and teacher-forced scores, each computed once per model and sequence."""
-
-    def __init__(self) -> None:
-        self._refs: dict[tuple[str, int, int, int, int], _Reference] = {}
-
-    def reference(self, model: str, seed: int, prompt_tokens: int, decode_tokens: int, chunk: int) -> _Reference:
-        from orchestrator.runtimes.prompt import prompt_ids
-        from orchestrator.runtimes.reference import Weights, greedy
-
-        key = (model, seed, prompt_tokens, decode_tokens, chunk)
-        if key not in self._refs:
-            w = Weights(model)
-            prompt = prompt_ids(seed, prompt_tokens, w.shape.vocab)
-            tokens = greedy(w, prompt, decode_tokens, 1).token_ids
-            self._refs[key] = _Reference(w, prompt, tokens, {})
-        return self._refs[key]
-
-    def gate(self, ref: _Reference, tokens: list[int], tie: float) -> Gate:
-        from orchestrator.runtimes.reference import Weights, score
-
-        def scored(seq: Sequence[int]) -> np.ndarray:
-            k = tuple(seq)
-            if k not in ref.scored:
-                assert isinstance(ref.weights, Weights)
-                ref.scored[k] = score(ref.weights, ref.prompt, list(seq))
-            return ref.scored[k]
-
-        return gate(tokens, ref.tokens, scored, tie)
-
-
-def run_gates(manifest: Manifest, records: list[Record], gater: Gater | None = None) -> pd.DataFrame:
+def run_gates(manifest: Manifest, records: list[Record], gater: Decoder) -> pd.DataFrame:
     """One row per device and arm: the worst prefill and decode gate over its ok trials."""
-    gater = gater or Gater()
     plan = manifest.plan
     sim = {d.id for d in manifest.fleet.devices if d.kind == "sim"}
     rows: dict[tuple[str, str], dict[str, object]] = {}
@@ -121,7 +91,7 @@ def run_gates(manifest: Manifest, records: list[Record], gater: Gater | None = N
         tie = tolerance(arm.runtime, runtime_class, ref_class)
         ref = gater.reference(model, plan.seed, plan.trial.prompt_tokens, plan.trial.decode_tokens, 1)
         tokens = list(r.result.trial1.token_ids)
-        g = gater.gate(ref, tokens, tie)
+        g = gate(tokens, ref.tokens, partial(gater.scores, ref), tie)
         seqs = row["sequences"]
         assert isinstance(seqs, set)
         seqs.add(tuple(tokens))
@@ -143,14 +113,14 @@ def run_gates(manifest: Manifest, records: list[Record], gater: Gater | None = N
     return pd.DataFrame(out, columns=columns)
 
 
-def gates_of(run: RunDir, records: list[Record] | None = None, *, force: bool = False,
+def gates_of(run: RunDir, gater: Decoder, records: list[Record] | None = None, *, force: bool = False,
              save: bool = True) -> pd.DataFrame:
     """The run's token gates, computed once per journal state: `token_gates.csv` is reused while it is
     newer than the journal, else the gates are computed (seconds: a reference decode per model) and
     written (when `save`). Empty for a run with no real trials."""
     if not force and run.fresh(run.gates_path):
         return pd.read_csv(run.gates_path)
-    gates = run_gates(run.manifest(), run.records() if records is None else records)
+    gates = run_gates(run.manifest(), run.records() if records is None else records, gater)
     if len(gates) and save:
         with contextlib.suppress(OSError):  # a full or read-only folder: the gates stand, recomputed next time
             write_atomic(run.gates_path, gates.to_csv(index=False).encode())
@@ -165,4 +135,4 @@ def mismatched(gates: pd.DataFrame) -> list[str]:
     return [f"{d}/{a}" for d, a in zip(bad["device"], bad["arm"], strict=True)]
 
 
-__all__ = ["Gater", "gates_of", "mismatched", "reference_model", "run_gates", "tolerance"]
+__all__ = ["Decoder", "gates_of", "mismatched", "reference_model", "run_gates", "tolerance"]

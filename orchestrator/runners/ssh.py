@@ -19,7 +19,7 @@ from pathlib import Path
 import paramiko
 
 from orchestrator.config.fleet import SshHost
-from orchestrator.devices.runners import (
+from orchestrator.runners.base import (
     AuthRefused,
     CommandResult,
     ConnectionLost,

@@ -33,8 +33,10 @@ from pathlib import Path
 from orchestrator.config.fleet import Fleet, HostDeviceConfig, IphoneDeviceConfig
 from orchestrator.config.plan import Arm, Plan
 from orchestrator.config.sim import SimDeviceConfig
-from orchestrator.devices.base import ArtifactFile, Artifacts
 from orchestrator.protocol import HarnessTuningTable
+from orchestrator.protocol.device import ArtifactFile, Artifacts
+from orchestrator.runtimes import catalog
+from orchestrator.runtimes.process import DriverAdapter
 
 PLAIN_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]{0,127}$")
 _HASHED: dict[tuple[str, int, int], str] = {}  # (path, size, mtime_ns) -> sha256: each file hashed once per process
@@ -78,8 +80,9 @@ def tuning_problem(arm: Arm) -> str | None:
     path = tuning_file(arm)
     if path is None:
         return None
-    if not arm.runtime.startswith("rawloop-"):
-        return f"only the harness's engines (rawloop-*) read a tuning table; {arm.runtime!r} does not"
+    if (runtime := catalog.get(arm.runtime)) is None or runtime.kind != "harness":
+        engines = ", ".join(r.name for r in catalog.CATALOG.values() if r.kind == "harness")
+        return f"only the harness's engines ({engines}) read a tuning table; {arm.runtime!r} does not"
     if not path.is_file():
         return f"no tuning table {path} on this machine (`orch export-tuning RUN --out FILE` writes one)"
     if not PLAIN_NAME.match(path.name):
@@ -109,12 +112,9 @@ def model_problem(plan: Plan, fleet: Fleet) -> str | None:
 
 def beside(plan: Plan) -> list[str]:
     """File names of the model's folder that the plan's arms read on a host besides the model itself."""
-    from orchestrator.runtimes.base import adapter_for
-    from orchestrator.runtimes.process import DriverAdapter
-
     names: list[str] = []
     for arm in plan.arms:
-        adapter = adapter_for(arm.runtime)
+        adapter = catalog.adapter_for(arm.runtime)
         if isinstance(adapter, DriverAdapter):
             names += [n for n in adapter.beside(arm.engine) if n not in names]
     return names
