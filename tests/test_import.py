@@ -199,7 +199,14 @@ def test_imported_rows_enter_no_rank_alarm_or_verdict(tmp_path: Path) -> None:
     results = tmp_path / "results"
     make_nights(tmp_path, results, 1, 2, total=2)
     history = results / "history"
-    before = (summarize_history(history), nightly.load_nights(history), nightly.load_history_trials(history))
+    def answers() -> tuple[pd.DataFrame, ...]:  # each in a fixed order (DuckDB returns trial rows in any)
+        trials = nightly.load_history_trials(history)
+        trials = trials.astype({c: str for c in trials.columns if isinstance(trials[c].dtype, pd.CategoricalDtype)})
+        assert not trials.duplicated(["run_id", "device", "seq"]).any()  # the order below is total
+        return (summarize_history(history), nightly.load_nights(history),
+                trials.sort_values(["run_id", "device", "seq"], kind="stable").reset_index(drop=True))
+
+    before = answers()
     rank_args = ["rank", "--history", str(history), "--candidates", str(ROOT / "configs" / "candidates.yaml"),
                  "--ceilings", str(ROOT / "configs" / "ceilings.yaml"), "--json"]
     rank_before = runner.invoke(app, rank_args)
@@ -211,7 +218,7 @@ def test_imported_rows_enter_no_rank_alarm_or_verdict(tmp_path: Path) -> None:
                               str(before[2]["model"].iloc[0])])
     assert res.exit_code == 0, res.output
     assert len(load(history)) > 0
-    after = (summarize_history(history), nightly.load_nights(history), nightly.load_history_trials(history))
+    after = answers()
     for b, a in zip(before, after, strict=True):
         pd.testing.assert_frame_equal(b, a)
     assert runner.invoke(app, rank_args).stdout == rank_before.stdout
