@@ -265,7 +265,7 @@ def model_make(
 @app.command()
 def agent() -> None:
     """Serve this host's devices to a controller: JSON lines on stdin/stdout (started over SSH)."""
-    from orchestrator.agent import main as serve
+    from orchestrator.agent_server import main as serve
 
     raise typer.Exit(serve())
 

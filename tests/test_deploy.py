@@ -395,9 +395,9 @@ def test_the_agent_relays_push_progress_ahead_of_its_reply(t1: Path) -> None:
     controller's AgentDevice hands them to its progress callback before the final reply."""
     import io
 
-    from orchestrator.agent import _handle
+    from orchestrator.agent_server import _handle
     from orchestrator.config import HostDeviceConfig
-    from orchestrator.devices.agent import AgentDevice, Reply, Request
+    from orchestrator.devices.agent_client import AgentDevice, Reply, Request
 
     f = host_files(plan(t1 / "model-Q8_0.gguf")).files[0]
 

@@ -9,7 +9,7 @@ import typing
 import pytest
 
 from orchestrator.devices import FakeDevice
-from orchestrator.devices.agent import AgentDevice, Request
+from orchestrator.devices.agent_client import AgentDevice, Request
 from orchestrator.devices.base import Device
 from orchestrator.devices.contract import check_device_contract
 from orchestrator.protocol import Generation, TrialResult, TrialSpec

@@ -68,7 +68,7 @@ def open_device(fleet: Fleet, device_id: str, *, stream: int = 0, launchers: Lau
     ssh = _ssh_host(fleet, cfg.host)
     runner = open_runner(fleet, cfg.host)
     if (isinstance(cfg, HostDeviceConfig) and cfg.via == "agent") or (ssh is not None and cfg.kind == "iphone"):
-        from orchestrator.devices.agent import AgentDevice
+        from orchestrator.devices.agent_client import AgentDevice
 
         command = shlex.split(ssh.orch_command) if ssh is not None else [sys.executable, "-m", "orchestrator"]
         return AgentDevice(cfg, runner, command), SystemClock()

@@ -8,7 +8,7 @@ from typing import TextIO
 
 from orchestrator.config.fleet import Fleet
 from orchestrator.devices import open_device
-from orchestrator.devices.agent import AgentCpu, AgentError, Pushed, Reply, Request
+from orchestrator.devices.agent_client import AgentCpu, AgentError, Pushed, Reply, Request
 from orchestrator.devices.base import Device
 from orchestrator.protocol import TrialResult
 from orchestrator.protocol.device import DeviceUnavailable
