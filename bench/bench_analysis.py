@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT))
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from orchestrator.analysis.nightly import NIGHT_COLUMNS, TRIAL_COLUMNS  # noqa: E402
+from orchestrator.results.history_store import NIGHT_COLUMNS, TRIAL_COLUMNS  # noqa: E402
 
 DEVICES, CONFIGS, PER_ARM = 40, 8, 40  # 40 devices x 8 configs x 80 trials = 25,600 rows per night
 CHIPS = ["A19 Pro", "A18 Pro", "A17 Pro", "M4"]
@@ -96,9 +96,9 @@ def write_history(root: Path, rows: int, seed: int = 0, *, devices: int = DEVICE
 
 
 def measure_rank(history: Path) -> dict[str, Any]:
-    from orchestrator.analysis.nightly import load_history_trials
     from orchestrator.analysis.rank import HISTORY_OBS_COLUMNS, rank
     from orchestrator.config.candidates import load_candidates, load_ceilings
+    from orchestrator.results.history_store import load_history_trials
 
     obs = load_history_trials(history, HISTORY_OBS_COLUMNS)
     table = rank(load_candidates(ROOT / "configs" / "candidates.yaml"), obs,
@@ -107,7 +107,9 @@ def measure_rank(history: Path) -> dict[str, Any]:
 
 
 def measure_nightly(history: Path) -> dict[str, Any]:
-    from orchestrator.analysis.nightly import NightlyAlarm, load_nights, summarize
+    from orchestrator.config.plan import NightlyAlarm
+    from orchestrator.night import summarize
+    from orchestrator.results.history_store import load_nights
 
     nights = load_nights(history)
     last = str(max(nights["night"]))

@@ -68,8 +68,8 @@ def measure(engine: str, kind: str, history: Path) -> dict[str, Any]:
     night = tonight(history)
     planned = [(f"config{c}", f"dev{d:02d}") for c in range(CONFIGS) for d in range(DEVICES)]
     rules = {c: NightlyAlarm() for c, _ in planned}
-    from orchestrator.analysis.nightly import summarize
     from orchestrator.analysis.rank import rank_summary, summarize_history
+    from orchestrator.night import summarize
 
     t0 = time.perf_counter()
     if engine == "duckdb":

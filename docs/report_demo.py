@@ -20,8 +20,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from orchestrator.analysis.nightly import run_night  # noqa: E402
 from orchestrator.config.candidates import load_ceilings  # noqa: E402
+from orchestrator.night import run_night  # noqa: E402
 from orchestrator.report.html import render  # noqa: E402
 from orchestrator.results.store import RunDir  # noqa: E402
 

@@ -25,8 +25,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from orchestrator.analysis.nightly import run_night  # noqa: E402
 from orchestrator.config.candidates import load_ceilings  # noqa: E402
+from orchestrator.night import run_night  # noqa: E402
 from orchestrator.report.site import publish  # noqa: E402
 from orchestrator.results.imports import import_files  # noqa: E402
 

@@ -208,7 +208,7 @@ def _night_tables(outcome: Any) -> None:
     tonight = s.tonight.assign(builds=s.tonight["candidate_build"] + " vs " + s.tonight["reference_build"])
     out.print(_table(f"Nightly {s.night}: runs {', '.join(outcome.run_ids)}", tonight, {
         "config": "", "device": "", "builds": "", "ratio": ".3f", "ci_low": ".3f", "ci_high": ".3f",
-        "p_one_sided_slower": ".4f", "streak": "d", "status": "", "reason": "",
+        "p_one_sided_slower": ".4f", "streak": "d", "status": "", "since": "", "reason": "",
     }))
     for config, device, why in s.missing:
         out.print(f"no data {config} / {device}: {why}", markup=False, highlight=False, style="yellow")
@@ -239,16 +239,20 @@ def nightly_cmd(
     Exit codes: 0 no alarm; 1 alarm; 2 bad input (nothing run or written); 130 interrupted (resume it);
     3 the night failed: one line says why; junit.xml and summary.md say it did not finish (resume it).
     """
-    from orchestrator.analysis.nightly import NightlyInputError, resume_command, run_night
+    from orchestrator.night import resume_command, run_night
+    from orchestrator.results.history_store import NightlyInputError
 
     night = night or datetime.now(UTC).strftime("%Y-%m-%d")
     again: list[str] = []  # the command that finishes this night, once its runs exist
     written: list[Path] = []  # the night's final reports, once written
 
-    def started(run_ids: list[str]) -> None:
+    shown: set[str] = set()
+
+    def started(run_ids: list[str]) -> None:  # again when a same-night confirmation adds runs: those are new
         again.append(resume_command(run_ids, night=night, results=results, history=history or results / "history",
                                     junit=junit, summary_md=summary))
-        for run_id in run_ids:
+        for run_id in [r for r in run_ids if r not in shown]:
+            shown.add(run_id)
             (err if as_json else out).print(f"run {run_id}  (resume with: {again[-1]})", markup=False,
                                             highlight=False, soft_wrap=True)
 

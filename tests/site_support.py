@@ -12,7 +12,7 @@ from pathlib import Path
 
 from conftest import ROOT
 
-from orchestrator.analysis.nightly import run_night
+from orchestrator.night import run_night
 
 SLOW_FROM = 4
 

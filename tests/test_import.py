@@ -193,17 +193,18 @@ def test_imported_rows_enter_no_rank_alarm_or_verdict(tmp_path: Path) -> None:
     """Rank and the nightly rule read trials/ and nights/; an import changes neither answer."""
     from site_support import make_nights
 
-    from orchestrator.analysis import nightly
     from orchestrator.analysis.rank import summarize_history
+    from orchestrator.night import summarize
+    from orchestrator.results import history_store
 
     results = tmp_path / "results"
     make_nights(tmp_path, results, 1, 2, total=2)
     history = results / "history"
     def answers() -> tuple[pd.DataFrame, ...]:  # each in a fixed order (DuckDB returns trial rows in any)
-        trials = nightly.load_history_trials(history)
+        trials = history_store.load_history_trials(history)
         trials = trials.astype({c: str for c in trials.columns if isinstance(trials[c].dtype, pd.CategoricalDtype)})
         assert not trials.duplicated(["run_id", "device", "seq"]).any()  # the order below is total
-        return (summarize_history(history), nightly.load_nights(history),
+        return (summarize_history(history), history_store.load_nights(history),
                 trials.sort_values(["run_id", "device", "seq"], kind="stable").reset_index(drop=True))
 
     before = answers()
@@ -222,5 +223,5 @@ def test_imported_rows_enter_no_rank_alarm_or_verdict(tmp_path: Path) -> None:
     for b, a in zip(before, after, strict=True):
         pd.testing.assert_frame_equal(b, a)
     assert runner.invoke(app, rank_args).stdout == rank_before.stdout
-    summary = nightly.summarize(history, "2026-11-02", [("nightly-decode", "iphone17pro")], {})
+    summary = summarize(history, "2026-11-02", [("nightly-decode", "iphone17pro")], {})
     assert set(summary.tonight["run_id"]) <= set(before[1]["run_id"])

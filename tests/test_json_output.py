@@ -13,9 +13,9 @@ import pytest
 from conftest import ROOT, SIM_AB, SIM_LAB
 from typer.testing import CliRunner
 
-from orchestrator.analysis.nightly import NIGHT_COLUMNS
 from orchestrator.cli import app
 from orchestrator.report.machine import DOCUMENTS, VERSION
+from orchestrator.results.history_store import NIGHT_COLUMNS
 
 runner = CliRunner()
 NIGHTLY = ROOT / "configs" / "plans" / "nightly.yaml"
@@ -89,14 +89,17 @@ def test_nightly(tmp_path: Path) -> None:
     args = ["nightly", "--fleet", str(SIM_LAB), "--plan", str(NIGHTLY), "--reference", "ref",
             "--results", str(results), "--json"]
     body = doc("nightly", *args, "--candidate", "candidate-good", "--night", "2026-02-01")
-    assert body["night"] == "2026-02-01" and body["alarmed"] is False and len(body["run_ids"]) == 1
+    assert body["night"] == "2026-02-01" and body["alarmed"] is False and len(body["run_ids"]) in (1, 2)
     (row,) = body["tonight"]
-    assert set(row) == {*NIGHT_COLUMNS, "night", "slowdown", "streak", "status", "reason"}
+    assert set(row) == {*NIGHT_COLUMNS, "night", "slowdown", "streak", "status", "since", "reason"}
     history = pd.read_parquet(next((results / "history" / "nights").glob("night=*/*.parquet")))
     assert set(history.columns) <= set(row)  # the history's own column names
     only_json_values(body["tonight"])
-    # The sim's candidate-slow (8% slower): a watch, then an alarm, which still exits 1 (the document on stdout).
-    body = doc("nightly", *args, "--candidate", "candidate-slow", "--night", "2026-02-02")
-    assert [r["status"] for r in body["tonight"]] == ["watch"]
+    # The sim's candidate-slow (8% slower): confirmed the same night, an alarm on its first night, latched the
+    # next; an alarm still exits 1 (the document on stdout).
+    body = doc("nightly", *args, "--candidate", "candidate-slow", "--night", "2026-02-02", code=1)
+    assert [(r["status"], r["since"]) for r in body["tonight"]] == [("alarm", "2026-02-02")]
+    assert body["tonight"][0]["n_candidate"] == 120 and len(body["run_ids"]) == 2
     body = doc("nightly", *args, "--candidate", "candidate-slow", "--night", "2026-02-03", code=1)
     assert body["alarmed"] is True and [r["status"] for r in body["tonight"]] == ["alarm"]
+    assert body["tonight"][0]["since"] == "2026-02-02"

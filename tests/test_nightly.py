@@ -16,22 +16,19 @@ from conftest import ROOT, SIM_LAB, fleet_of, sim_device
 from test_audit import run_in_memory
 from typer.testing import CliRunner
 
-from orchestrator.analysis.nightly import (
-    NightlyInputError,
-    alarms,
-    append_history,
-    compact_night,
-    history_rows,
-    load_history_trials,
-    load_nights,
-    night_rows,
-    pin_builds,
-    summarize,
-)
+from orchestrator.analysis.nightly import alarms, history_rows, night_rows, pin_builds
 from orchestrator.analysis.summary import verdicts
 from orchestrator.cli_analysis import register
 from orchestrator.config import Plan, load_plan
 from orchestrator.config.plan import NightlyAlarm
+from orchestrator.night import summarize
+from orchestrator.results.history_store import (
+    NightlyInputError,
+    append_history,
+    compact_night,
+    load_history_trials,
+    load_nights,
+)
 
 NIGHTLY = ROOT / "configs" / "plans" / "nightly.yaml"
 
@@ -126,15 +123,25 @@ def test_cli_nightly_exit_codes_junit_and_summary(tmp_path: Path) -> None:
     junit = ET.parse(results / "nightly" / "2026-02-01" / "junit.xml").getroot()
     assert junit.get("tests") == "1" and junit.get("failures") == "0"
     res = runner.invoke(app, [*args, "--candidate", "candidate-slow", "--night", "2026-02-02"])
-    # 8% slower (the sim's candidate-slow): under 10% so no single-night alarm; night 1 of 2.
-    assert res.exit_code == 0 and "watch" in res.output, res.output
+    # 8% slower (the sim's candidate-slow): suspicious, so the night is extended to 120 launches per arm on
+    # the same phone (a second run, printed with its resume command) and the alarm fires on its first night.
+    assert res.exit_code == 1, res.output
+    md = (results / "nightly" / "2026-02-02" / "summary.md").read_text()
+    assert "confirmed the same night on 120 launches per arm" in md, md
+    assert len(re.findall(r"^run \S+", res.output, re.M)) == 2, res.output
     res = runner.invoke(app, [*args, "--candidate", "candidate-slow", "--night", "2026-02-03"])
     assert res.exit_code == 1, res.output
     junit = ET.parse(results / "nightly" / "2026-02-03" / "junit.xml").getroot()
     assert junit.get("failures") == "1" and junit.find(".//failure") is not None
     md = (results / "nightly" / "2026-02-03" / "summary.md").read_text()
     assert md.startswith("# Nightly 2026-02-03: ALARM") and "candidate-slow vs ref" in md
+    assert "since 2026-02-02" in md, md  # latched: raised on its first night
     assert len(list((results / "history" / "trials").glob("night=*/*.parquet"))) == 3
+    trials = load_history_trials(results / "history")
+    extended = trials[trials["night"] == "2026-02-02"]
+    assert (extended.groupby("role", observed=True).size() == 120).all() and extended["run_id"].nunique() == 2
+    res = runner.invoke(app, [*args, "--candidate", "candidate-good", "--night", "2026-02-04"])
+    assert res.exit_code == 0 and "since" not in (results / "nightly" / "2026-02-04" / "summary.md").read_text()
     res = runner.invoke(app, [*args, "--candidate", "x", "--night", "bad/night"])
     assert res.exit_code == 2 and "night" in res.output
     res = runner.invoke(app, [*args[:4], str(ROOT / "configs" / "plans" / "sim-ab.yaml"), *args[5:],
@@ -157,8 +164,12 @@ def test_an_interrupted_night_resumes_once_into_the_history(tmp_path: Path, nigh
                                   "--results", str(results)])
         assert res.exit_code == 0, res.output
     trials = load_history_trials(results / "history")
-    assert len(trials) == 80 and set(trials["run_id"]) == {run.run_id}
-    assert len(load_nights(results / "history")) == 1
+    (row,) = load_nights(results / "history").to_dict("records")
+    # 40 launches per arm, or 120 when the night was confirmed: each trial once, the confirmation started once.
+    per_arm = 40 if row["run_id"] == run.run_id else 120
+    assert (trials.groupby("role", observed=True).size() == per_arm).all(), trials
+    assert trials["run_id"].nunique() == (1 if per_arm == 40 else 2) and run.run_id in set(trials["run_id"])
+    assert not trials.duplicated(["run_id", "device", "seq"]).any()
     res = runner.invoke(app, ["nightly", "--resume", run.run_id, "--fleet", str(SIM_LAB), "--results", str(results)])
     assert res.exit_code == 2 and "drop the rest" in res.output
 
@@ -177,15 +188,17 @@ devices:
 CONFIGS = {"decode-a": ["a19"], "decode-b": ["a19", "a18"], "decode-c": ["flaky"]}  # flaky: every launch crashes
 
 
-def nightly_lab(tmp_path: Path) -> tuple[Path, list[Path]]:
-    """A fleet file and three nightly plans (one config each) on it."""
+def nightly_lab(tmp_path: Path, *, confirm: bool = True) -> tuple[Path, list[Path]]:
+    """A fleet file and three nightly plans (one config each) on it (``confirm=False``: without same-night
+    confirmation, so every night runs each plan's blocks and no more)."""
     fleet = tmp_path / "lab.yaml"
     fleet.write_text(LAB)
     plans = []
     for name, devices in CONFIGS.items():
         path = tmp_path / f"{name}.yaml"
         path.write_text(NIGHTLY.read_text().replace("name: nightly-decode", f"name: {name}")
-                        .replace("devices: [iphone17pro]", f"devices: [{', '.join(devices)}]"))
+                        .replace("devices: [iphone17pro]", f"devices: [{', '.join(devices)}]")
+                        + ("" if confirm else "nightly: {confirm: null}\n"))
         plans.append(path)
     return fleet, plans
 
@@ -197,11 +210,16 @@ def cli() -> tuple[typer.Typer, CliRunner]:
 
 
 def started(output: str) -> tuple[list[str], str]:
-    """The run ids printed before the first trial, and the one command they say finishes the night."""
+    """The run ids printed before their first trial, and the command that finishes the night: one for the
+    night's runs, a longer one when a same-night confirmation adds a run (each printed once)."""
     found = re.findall(r"^run (\S+)  \(resume with: (orch nightly .*)\)$", output, re.M)
     assert found, output
-    assert len({cmd for _, cmd in found}) == 1, found
-    return [r for r, _ in found], found[0][1]
+    ids = [r for r, _ in found]
+    assert len(set(ids)) == len(ids), found
+    for r, cmd in found:
+        assert f"--resume {r} " in cmd, found
+        assert all(f"--resume {k} " in found[-1][1] for k in ids), found
+    return ids, found[-1][1]
 
 
 def cases(junit: Path) -> dict[tuple[str, str], str]:
@@ -216,7 +234,7 @@ def cases(junit: Path) -> dict[tuple[str, str], str]:
 
 
 def test_cli_a_night_of_three_configs_and_the_same_night_again(tmp_path: Path) -> None:
-    fleet, plans = nightly_lab(tmp_path)
+    fleet, plans = nightly_lab(tmp_path, confirm=False)
     results = tmp_path / "r"
     app, runner = cli()
     args = ["nightly", "--fleet", str(fleet), *(a for p in plans for a in ("--plan", str(p))),
@@ -304,18 +322,22 @@ def test_cli_a_failed_night_is_not_an_alarm_and_leaves_no_stale_report(
     monkeypatch.setattr(core, "execute", real)
     res = runner.invoke(app, again.split()[1:])  # the printed command, as printed
     assert res.exit_code == 0, res.output
-    assert started(res.output) == (run_ids, again)
+    resumed_ids, finish = started(res.output)  # the same runs; a confirmation started only now comes after them
+    assert resumed_ids[:len(run_ids)] == run_ids and finish.startswith(again.split(" --night ")[0]), res.output
     got = cases(junit)
     assert set(got) == {("decode-a", "a19"), ("decode-b", "a19"), ("decode-b", "a18")}, got
     assert set(got.values()) == {"passed"}, got
     trials = load_history_trials(results / "history")
     tonight = trials[trials["night"] == "2026-07-02"]
-    assert set(tonight["run_id"]) == set(run_ids) and not tonight.duplicated(["run_id", "device", "seq"]).any()
-    assert len(tonight) == 2 * load_plan(plans[0]).launches_per_arm() * 3
+    assert set(tonight["run_id"]) == set(resumed_ids) and not tonight.duplicated(["run_id", "device", "seq"]).any()
+    # Each config x device: the plan's launches per arm, or the confirmation's 120 when the night was extended.
+    sizes = tonight.assign(config=tonight["run_id"].str.extract(r"-(decode-[abc])-")[0]).groupby(
+        ["config", "device", "role"], observed=True).size()
+    assert len(sizes) == 2 * 3 and set(sizes) <= {load_plan(plans[0]).launches_per_arm(), 120}, sizes
 
 
 def test_cli_nightly_unexpected_error_before_any_run_exits_3(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import orchestrator.analysis.nightly as nightly
+    import orchestrator.night as nightly
 
     def boom(night: str) -> str:
         raise OSError(28, "No space left on device")

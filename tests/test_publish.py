@@ -59,19 +59,19 @@ def test_pages_load_nothing_from_the_network(site: Path) -> None:
 
 
 def test_publishing_again_rewrites_only_what_changed(lab: tuple[Path, list[str]], tmp_path: Path) -> None:
-    results0, _ = lab
+    results0, run_ids = lab  # six nights' runs and their same-night confirmations (the slow nights')
     results = tmp_path / "results"
     shutil.copytree(results0, results)
     out = tmp_path / "site"
     first = publish(results, results / "history", out, None)
-    assert len([p for p in first.written if p.name == "report.html"]) == 6
+    assert len([p for p in first.written if p.name == "report.html"]) == len(run_ids) >= 6
     again = publish(results, results / "history", out, None)
-    assert again.written == [] and again.unchanged >= 6 + 4
+    assert again.written == [] and again.unchanged >= len(run_ids) + 4
     new = make_nights(tmp_path, results, 7, 7, total=7)
     after = publish(results, results / "history", out, None)
     rebuilt = {p.relative_to(out).as_posix() for p in after.written}
-    assert rebuilt == {f"runs/{new[0]}/report.html", "config/nightly-decode.html", "data/nightly-decode.json",
-                       "data/overview.json", "index.html"}
+    assert rebuilt == {*(f"runs/{r}/report.html" for r in new), "config/nightly-decode.html",
+                       "data/nightly-decode.json", "data/overview.json", "index.html"}
     # A run removed from the results leaves the site.
     shutil.rmtree(results / new[0])
     publish(results, results / "history", out, None)

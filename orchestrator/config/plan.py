@@ -187,11 +187,36 @@ class DecisionRule(Strict):
         return hashlib.sha256(canon.encode()).hexdigest()[:16]
 
 
+class NightlyConfirm(Strict):
+    """Same-night confirmation: a night whose comparison looks suspicious (one-sided p(slower) <
+    `suspicious_p`) gets more blocks on the same phone, up to `launches_per_arm` in all, and is then
+    decided on every launch of the night: the alarm fires at p < `p` with a slowdown >= `slowdown`.
+    Defaults chosen in bench/results/nightly_confirm.md (a first set of simulated nights, then checked
+    on fresh ones): p < 0.001 let 1 of 4000 quiet nights alarm, p < 0.0001 none, and still alarms a 5%
+    regression on its first night in about 96% of cases."""
+
+    suspicious_p: float = Field(default=0.2, gt=0, lt=1, description="Extend the night below this p(slower)")
+    launches_per_arm: int = Field(
+        default=120, ge=12, le=MAX_LAUNCHES_PER_ARM, description="The cap: launches per arm of the night in all")
+    p: Alpha = Field(default=0.0001, description="Alarm below this one-sided p(slower), on the whole night")
+    slowdown: float = Field(default=0.03, ge=0, lt=1, description="... and a slowdown at least this")
+
+    @model_validator(mode="after")
+    def _confirmable(self) -> NightlyConfirm:
+        if self.p >= self.suspicious_p:
+            raise ValueError(f"p ({self.p:g}) must be below suspicious_p ({self.suspicious_p:g}): a night that could "
+                             "alarm would not be extended")
+        return self
+
+
 class NightlyAlarm(Strict):
     """When `orch nightly` raises the alarm (candidate vs pinned reference, per device and config).
 
     Either `consecutive_nights` nights in a row each with one-sided p < `consecutive_p` and a
-    slowdown >= `consecutive_slowdown`, or one night with p < `single_p` and slowdown >= `single_slowdown`.
+    slowdown >= `consecutive_slowdown`, or one night with p < `single_p` and slowdown >= `single_slowdown`,
+    or one night confirmed the same night (`confirm`: the night extended when suspicious). With `latch`,
+    an alarm stays raised on the nights after it until one shows the configuration recovered (one-sided
+    p(slower) >= `recovered_p`), and says since which night.
     """
 
     consecutive_nights: int = Field(default=2, ge=1, le=365)
@@ -199,6 +224,11 @@ class NightlyAlarm(Strict):
     consecutive_slowdown: float = Field(default=0.03, ge=0, lt=1)
     single_p: Alpha = 0.01
     single_slowdown: float = Field(default=0.10, ge=0, lt=1)
+    confirm: NightlyConfirm | None = Field(
+        default_factory=NightlyConfirm, description="Same-night confirmation (the default); null: none")
+    latch: bool = Field(default=True, description="An alarm stays raised until a night shows recovery")
+    recovered_p: float = Field(
+        default=0.2, gt=0, lt=1, description="A latched alarm clears on a night with one-sided p(slower) >= this")
 
 
 class RetryPolicy(Strict):

@@ -92,11 +92,12 @@ def _reference_gates(run: RunDir, records: list[Any]) -> pd.DataFrame | None:
 
 def _nightly(history: Path | None, manifest: Manifest) -> NightlyView | None:
     from orchestrator.analysis import nightly
+    from orchestrator.results.history_store import load_nights
 
     if history is None or not (history / "nights").is_dir():
         return None
     devices = {s.device for s in manifest.sessions}
-    nights = nightly.load_nights(history)
+    nights = load_nights(history)
     nights = nights[(nights["config"] == manifest.plan.name) & nights["device"].isin(devices)]
     if not len(nights):
         return None

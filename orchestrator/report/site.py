@@ -35,7 +35,7 @@ __all__ = ["PublishOutcome", "publish"]
 STATE = ".publish.json"
 POINT_COLUMNS = ["night", "device", "chip_class", "run_id", "reference_build", "candidate_build", "n_reference",
                  "n_candidate", "median_reference", "median_candidate", "ratio", "ci_low", "ci_high",
-                 "p_one_sided_slower", "verdict", "streak", "status", "reason"]
+                 "p_one_sided_slower", "verdict", "streak", "status", "since", "reason"]
 
 
 @dataclass
@@ -95,10 +95,11 @@ def _series(history: Path | None, runs: dict[str, RunDir]) -> tuple[pd.DataFrame
     from orchestrator.analysis import nightly
     from orchestrator.config.plan import NightlyAlarm
     from orchestrator.results import history as history_db
+    from orchestrator.results.history_store import load_nights
 
     if history is None or not history_db.has(history, "nights"):
         return pd.DataFrame(columns=["config", "device", "night"]), pd.DataFrame(columns=["config", "device"])
-    nights = nightly.load_nights(history)
+    nights = load_nights(history)
     rules: dict[str, NightlyAlarm] = {}
     for config, run_id in nights.sort_values("night")[["config", "run_id"]].drop_duplicates("config", keep="last") \
             .itertuples(index=False):

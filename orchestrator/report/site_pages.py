@@ -170,7 +170,7 @@ def index_page(rows: list[dict[str, Any]], runs: list[dict[str, Any]], broken: l
         h.append('<table id="overview"><tr><th>config</th><th>device</th><th>chip</th><th>latest night</th>'
                  "<th>status</th><th>ratio [95% CI]</th><th>p(slower)</th><th>last 30 nights</th><th>why</th></tr>")
         for r in sorted(rows, key=lambda r: (STATUS_ORDER.get(r["status"], 9), r["config"], r["device"])):
-            status = badge(r["status"])
+            status = badge(r["status"]) + (f' since {_e(r["since"])}' if r.get("since") else "")
             if r.get("report"):
                 status = f'<a class="to-report" href="{_e(r["report"])}">{status}</a>'
             h.append(

@@ -1,0 +1,220 @@
+"""Running a night: each nightly plan through the run machinery (manifest, journal, settle gate), its
+rows appended to the history, the alarm rule applied, the reports written (JUnit XML, markdown).
+
+The rule and change points are ``analysis/nightly.py``, the history's storage
+``results/history_store.py``, the rendering ``report/nightly.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import traceback
+import zlib
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from shlex import quote
+
+import pandas as pd
+
+from orchestrator import app as core
+from orchestrator.analysis.confirm import after, decide, extends, extension_blocks, extension_plan, suspicious
+from orchestrator.analysis.nightly import (
+    NightSummary,
+    check_plan,
+    history_rows,
+    night_rows,
+    pin_builds,
+    rule_of,
+    summary_of,
+    unfinished,
+)
+from orchestrator.config.plan import NightlyAlarm
+from orchestrator.report.nightly import junit_xml, markdown
+from orchestrator.results import history as history_db
+from orchestrator.results.history_store import (
+    SERIES_COLUMNS,
+    NightlyInputError,
+    append_history,
+    check_night,
+    compact_night,
+)
+from orchestrator.results.store import RunDir, find_run, stops, write_atomic
+
+__all__ = ["NightlyOutcome", "resume_command", "run_night", "summarize", "write_reports"]
+
+
+def summarize(history: Path, night: str, planned: Iterable[tuple[str, str]], rules: dict[str, NightlyAlarm],
+              why_missing: dict[tuple[str, str], str] | None = None) -> NightSummary:
+    """Tonight's verdict per planned (config, device), from the history (tonight already appended)."""
+    planned = list(dict.fromkeys(planned))
+    configs = sorted({c for c, _ in planned})
+    # The whole series, narrow (the rule and the change points read a few columns of every night) ...
+    series = history_db.load_nights(history, configs=configs, columns=SERIES_COLUMNS, strings="category",
+                                    ordered=False)
+    # ... and tonight's rows whole.
+    full = history_db.load_nights(history, configs=configs, night=night)
+    return summary_of(series, full, night, planned, rules, why_missing)
+
+
+@dataclass(frozen=True)
+class NightlyOutcome:
+    summary: NightSummary
+    run_ids: list[str]
+    junit_path: Path
+    summary_path: Path
+
+
+def resume_command(run_ids: Iterable[str], *, night: str, results: Path, history: Path | None = None,
+                   junit: Path | None = None, summary_md: Path | None = None) -> str:
+    """The command that finishes a night: every run of it (so the reports cover every config again; a
+    run whose sessions all ended resumes without a trial), on the same night, results, history and
+    report paths."""
+    parts = ["orch nightly", *(f"--resume {r}" for r in run_ids), f"--night {night}",
+             f"--results {quote(str(results))}"]
+    if history is not None and history != results / "history":
+        parts.append(f"--history {quote(str(history))}")
+    parts += [f"--junit {quote(str(junit))}"] if junit is not None else []
+    parts += [f"--summary {quote(str(summary_md))}"] if summary_md is not None else []
+    return " ".join(parts)
+
+
+def write_reports(summary: NightSummary, junit: Path, summary_md: Path, detail: str = "") -> None:
+    """junit.xml and summary.md, each replaced whole (never half written); ``detail`` goes under the summary."""
+    for path, text in ((junit, junit_xml(summary)), (summary_md, markdown(summary) + detail)):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, text.encode())
+
+
+async def run_night(
+    fleet_path: Path | None, plan_paths: list[Path], *, reference: str | None, candidate: str | None, night: str,
+    results: Path, history: Path, junit: Path | None = None, summary_md: Path | None = None,
+    resume: list[str] | None = None, on_start: Callable[[list[str]], None] = lambda run_ids: None,
+) -> NightlyOutcome:
+    """Run each nightly plan (reference and candidate builds interleaved per device, through the run
+    machinery: manifest, journal, settle gate), append to the history, apply the rule, write the reports.
+    A suspicious comparison is confirmed the same night by an extension run (``_config_night``), whose id
+    ``on_start`` hears too (with every id so far) before its first trial. With ``resume`` (run ids of an
+    interrupted night): finish those runs instead, then the same.
+    ``on_start`` hears the night's run ids as soon as their directories exist, before any trial (the
+    ids a ``resume_command`` needs after a kill).
+
+    The reports are replaced before the first trial by an "unfinished" version (every planned device x
+    config an error), and whole at the end; a night that fails or is stopped leaves the unfinished one,
+    never an earlier night's. Raises ``ConfigError`` / ``NightlyInputError`` / ``RunNotFound`` on bad
+    input, before any trial and before anything is written.
+    """
+    check_night(night)
+    runs: list[RunDir] = []
+    if resume:
+        if fleet_path or plan_paths or reference or candidate:
+            raise NightlyInputError("--resume takes fleet, plans and builds from the runs' manifests: drop the rest")
+        runs = [find_run(results, r) for r in dict.fromkeys(resume)]
+        for run in runs:
+            check_plan(run.manifest().plan)
+    else:
+        if fleet_path is None or not plan_paths or reference is None or candidate is None:
+            raise NightlyInputError("orch nightly needs --fleet, --plan, --reference and --candidate "
+                                    "(or --resume RUN_ID)")
+        loaded = [core.load_inputs(fleet_path, p) for p in plan_paths]
+        fleet = loaded[0][0]
+        pinned = [pin_builds(plan, reference, candidate) for _, plan in loaded]
+        names = [p.name for p in pinned]
+        if len(set(names)) != len(names):
+            raise NightlyInputError(f"nightly plans need distinct names (configs): {', '.join(names)}")
+        # Each night its own seed (its order, its coin flips, a simulated lab's noise), reproducibly.
+        seed_of = {p.name: p.seed + zlib.crc32(night.encode()) for p in pinned}
+        runs = [core.start_run(core.new_manifest(fleet, plan, fleet_path, path, seed_of[plan.name]), results)
+                for plan, path in zip(pinned, plan_paths, strict=True)]
+    ids = [r.run_id for r in runs]
+    manifests = [r.manifest() for r in runs]
+    firsts = [(r, m) for r, m in zip(runs, manifests, strict=True) if extends(m.plan) is None]
+    planned = [(m.plan.name, s.device) for _, m in firsts for s in m.sessions]
+    out_dir = results / "nightly" / night
+    junit_path = junit or out_dir / "junit.xml"
+    md_path = summary_md or out_dir / "summary.md"
+    again = [""]
+
+    def announce(new: list[str]) -> None:
+        """The night's runs so far to ``on_start``, and the reports say how to finish it (before any trial)."""
+        ids.extend(i for i in new if i not in ids)
+        on_start(list(ids))
+        again[0] = resume_command(ids, night=night, results=results, history=history, junit=junit,
+                                  summary_md=summary_md)
+        write_reports(unfinished(night, planned, f"night {night} is running (runs {', '.join(ids)}); "
+                                                 f"if it was stopped, finish it with: {again[0]}"), junit_path, md_path)
+
+    announce([])
+    try:
+        why: dict[tuple[str, str], str] = {}
+        for run, _ in firsts:
+            why |= await _config_night(run, night, results, history, announce)
+        compact_night(history, night)
+        summary = summarize(history, night, planned, {m.plan.name: rule_of(m.plan) for _, m in firsts}, why)
+    except BaseException as exc:
+        stopped = isinstance(exc, KeyboardInterrupt | asyncio.CancelledError)
+        what = "was interrupted" if stopped else f"failed: {type(exc).__name__}: {str(exc).strip() or '-'}"
+        detail = "" if stopped else "\n```\n" + "".join(traceback.format_exception(exc)) + "```\n"
+        with contextlib.suppress(Exception):  # never hide the failure behind one writing its report
+            write_reports(unfinished(night, planned, f"night {night} {what.splitlines()[0]}; finish it with: "
+                                                     f"{again[0]}"), junit_path, md_path, detail)
+        raise
+    write_reports(summary, junit_path, md_path)
+    return NightlyOutcome(summary=summary, run_ids=ids, junit_path=junit_path, summary_path=md_path)
+
+
+def extensions_of(results: Path, run: RunDir, config: str) -> list[RunDir]:
+    """The same-night confirmations already started for ``run`` (an interrupted night's), oldest first."""
+    found = []
+    since = run.run_id[:15]  # run ids begin with the second they were made: a confirmation's is no earlier
+    for path in sorted(results.glob(f"*-{config}-*/manifest.json")):
+        if path.parent.name[:15] < since or path.parent.name == run.run_id:
+            continue
+        other = RunDir(path.parent)
+        with contextlib.suppress(Exception):  # a run that cannot be read is no confirmation of this one
+            if extends(other.manifest().plan) == run.run_id:
+                found.append(other)
+    return found
+
+
+async def _config_night(run: RunDir, night: str, results: Path, history: Path,
+                        announce: Callable[[list[str]], None]) -> dict[tuple[str, str], str]:
+    """One config's night: its run, appended to the history; a suspicious comparison extended on the same
+    phones (by the extension runs an interrupted night already started, else new ones) and decided on every
+    launch of the night, that row appended after the first (the history keeps a night's newest row per device)."""
+    outcome = await core.execute(run)
+    manifest = outcome.manifest
+    plan, rule = manifest.plan, rule_of(manifest.plan)
+    rows = night_rows(outcome.verdicts, manifest, outcome.trials)
+    append_history(history, night, history_rows(outcome.trials, manifest), rows)
+    why = _ended(run, manifest.plan.name, [s.device for s in manifest.sessions])
+    extensions = extensions_of(results, run, plan.name)
+    if extensions:
+        announce([e.run_id for e in extensions])
+    else:
+        groups: dict[int, list[str]] = {}
+        for device, done in suspicious(rows, rule).items():
+            if (blocks := extension_blocks(plan, rule, done)) > 0:
+                groups.setdefault(blocks, []).append(device)
+        for k, (blocks, devices) in enumerate(sorted(groups.items())):
+            more = extension_plan(plan, devices, blocks, seed=manifest.seed + 1 + k, of=run.run_id)
+            extensions.append(core.start_run(core.new_manifest(
+                manifest.fleet, more, Path(manifest.fleet_file), Path(manifest.plan_file)), results))
+        if extensions:
+            announce([e.run_id for e in extensions])
+    for ext in extensions:
+        more_out = await core.execute(ext)
+        devices = [s.device for s in more_out.manifest.sessions]
+        later = after(outcome.trials, more_out.trials)
+        tonight = pd.concat([outcome.trials[outcome.trials["device"].isin(devices)], later], ignore_index=True)
+        table = decide(tonight, plan, seed=manifest.seed)
+        append_history(history, night, history_rows(later, manifest),
+                       night_rows(table, manifest, tonight).assign(run_id=ext.run_id))
+        why |= _ended(ext, plan.name, devices)
+    return why
+
+
+def _ended(run: RunDir, config: str, devices: list[str]) -> dict[tuple[str, str], str]:
+    ended = {d: s.reason for d, s in stops(run.records()).items()}
+    return {(config, d): f"session {ended.get(d, 'interrupted')} (run {run.run_id})" for d in devices}
