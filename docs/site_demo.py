@@ -4,17 +4,22 @@ The candidate build loses 6% from night 9 on the iPhone (its ground truth says s
 configs from night 3 on; the Mac stays level. Each night gets its own simulator seed. Needs
 chromium (Debian: apt-get install chromium; make test installs it).
 
-    .venv/bin/python docs/site_demo.py      # writes docs/site-overview.png and docs/site-series.png
+Then three captured outputs of other tools (tests/data/imports) are imported into the same history,
+as measured on the Mac: the overview shows them in their own section.
+
+    .venv/bin/python docs/site_demo.py      # writes docs/site-overview.png, site-series.png, site-imported.png
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shutil
 import subprocess
 import sys
 import tempfile
+from datetime import UTC, datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -23,6 +28,7 @@ sys.path.insert(0, str(ROOT))
 from orchestrator.config.candidates import load_ceilings  # noqa: E402
 from orchestrator.night import run_night  # noqa: E402
 from orchestrator.report.site import publish  # noqa: E402
+from orchestrator.results.imports import import_files  # noqa: E402
 
 NIGHTS, SLOW_FROM = 14, 9
 
@@ -62,6 +68,12 @@ def main() -> None:
                                         history=results / "history"))
         print(f"night {night}: " + ", ".join(f"{r['config']}/{r['device']} {r['status']}"
                                               for r in outcome.summary.tonight.to_dict("records")))
+    os.chdir(ROOT)  # the files' paths as the site names them: relative to the repository
+    captured = Path("tests") / "data" / "imports"
+    stamp = datetime(2026, 11, NIGHTS, 7, 0, tzinfo=UTC)
+    import_files([captured / "llama-bench.json", captured / "mlx-lm-benchmark.txt"], results / "history",
+                 lambda: stamp, model="llama-m110-s0", device="mac-m4")
+    import_files([captured / "litert-lm-benchmark.txt"], results / "history", lambda: stamp, device="mac-m4")
     site = tmp / "site"
     publish(results, results / "history", site, load_ceilings(ROOT / "configs" / "ceilings.yaml"))
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -69,7 +81,11 @@ def main() -> None:
         sys.exit(f"site at {site / 'index.html'}; no chromium to take the screenshots")
     shoot(chromium, site / "index.html", ROOT / "docs" / "site-overview.png", 560)
     shoot(chromium, site / "config" / "nightly-decode.html", ROOT / "docs" / "site-series.png", 1000)
-    print(f"wrote docs/site-overview.png and docs/site-series.png (from {site})")
+    imported = site / "imported.html"  # the index scrolled to the imported section (a screenshot has no scroll)
+    imported.write_text((site / "index.html").read_text().replace('<h1>orch: the morning view</h1>', '', 1)
+                        .replace('id="overview"', 'id="overview" style="display:none"', 1))
+    shoot(chromium, imported, ROOT / "docs" / "site-imported.png", 520)
+    print(f"wrote docs/site-overview.png, docs/site-series.png and docs/site-imported.png (from {site})")
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""`orch audit | rank | nightly | export-tuning | report`: what the runs are for. Parse, call, print.
+"""`orch audit | rank | nightly | export-tuning | report | publish | import`: what the runs are for. Parse, call, print.
 
 Exit codes: 0 ok, 1 nightly alarm, 2 bad input, 3 the machine refused or the night failed (one line says why).
 """
@@ -362,9 +362,45 @@ def publish_cmd(
               f"{outcome.index.resolve().as_uri()}", markup=False, highlight=False, soft_wrap=True)
 
 
+class ImportFormat(StrEnum):
+    auto = "auto"
+    llama_bench = "llama-bench"
+    mlx_lm = "mlx-lm"
+    litert_lm = "litert-lm"
+
+
+def import_cmd(
+    files: Annotated[list[Path], typer.Argument(help="llama-bench -o json|jsonl|md, mlx_lm.benchmark or litert-lm "
+                                                     "benchmark output files")],
+    fmt: Annotated[ImportFormat, typer.Option("--format", help="Which tool printed them (auto: by content)")] = (
+        ImportFormat.auto),
+    history: Annotated[Path, typer.Option(help="History dataset")] = Path("results/history"),
+    model: Annotated[str | None, typer.Option(help="The model (mlx-lm names none; overrides a file's)")] = None,
+    device: Annotated[str | None, typer.Option(help="The device measured (overrides llama-bench's CPU name)")] = None,
+    as_json: AsJson = False,
+) -> None:
+    """Bring other tools' results into a history, marked imported: shown apart, never in an alarm, verdict or rank."""
+    from orchestrator.results.imports import ImportRefused, import_files
+
+    try:
+        done = import_files(files, history, lambda: datetime.now(UTC), fmt.value, model, device)
+    except ImportRefused as exc:  # one line per bad file (grep-able), then what became of the rest
+        err.print(f"{exc}\nnothing imported", markup=False, highlight=False, soft_wrap=True)
+        raise typer.Exit(2) from None
+    rows = pd.concat([f.rows for f in done], ignore_index=True)
+    if as_json:
+        _document("import", None, history=str(history), files=[
+            {"source_file": f.source_file, "source_format": f.source_format, "import_id": f.import_id,
+             "rows": len(f.rows), "written": [str(p) for p in f.written]} for f in done], rows=records(rows))
+        return
+    out.print(_table(f"Imported into {history} (not interleaved, not settled: never decision-grade)", rows, {
+        "source_file": "", "source_line": "d", "source_format": "", "model": "", "device": "", "test": "",
+        "tok_s": ".2f", "tok_s_stddev": ".2f", "night": ""}))
+
+
 COMMANDS: dict[str, Callable[..., None]] = {"audit": audit_cmd, "rank": rank_cmd, "nightly": nightly_cmd,
                                              "export-tuning": export_tuning_cmd, "report": report_cmd,
-                                             "publish": publish_cmd}
+                                             "publish": publish_cmd, "import": import_cmd}
 
 
 def register(app: typer.Typer) -> None:

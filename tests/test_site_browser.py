@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,10 @@ from browser import Browser, find_chromium
 from site_support import SLOW_FROM, make_nights, night_label
 
 from orchestrator.report.site import publish
+from orchestrator.report.site_imports import TITLE
+from orchestrator.results.imports import import_files
+
+IMPORTS = Path(__file__).parent / "data" / "imports"
 
 
 @pytest.fixture(scope="module")
@@ -18,6 +23,9 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tmp = tmp_path_factory.mktemp("browser-lab")
     results = tmp / "results"
     make_nights(tmp, results, 1, 6)
+    # Other tools' results in the same history (real captured outputs): shown apart, never in the series.
+    files = [IMPORTS / "llama-bench.json", IMPORTS / "mlx-lm-benchmark.txt", IMPORTS / "litert-lm-benchmark.txt"]
+    import_files(files, results / "history", lambda: datetime(2026, 11, 6, 7, 0, tzinfo=UTC), device="iphone17pro")
     out = tmp / "site"
     publish(results, results / "history", out, None)
     return out
@@ -97,3 +105,22 @@ def test_a_click_on_a_point_of_the_chart_opens_that_nights_report(site: Path, br
     page.wait_loaded()
     tonight = max((p for p in points if p["device"] == "iphone17pro"), key=lambda p: p["night"])
     assert page.eval("location.href").endswith(f"/runs/{tonight['run_id']}/report.html")
+
+
+def test_imported_results_stand_apart_under_their_own_heading(site: Path, browser: Browser) -> None:
+    imported = json.loads((site / "data" / "imported.json").read_text())
+    page = browser.open((site / "index.html").as_uri())
+    heading = page.eval("document.getElementById('imported-results').textContent")
+    assert heading.startswith(TITLE) and "never decision-grade" in heading
+    rows = page.eval("[...document.querySelectorAll('#imported tr.imported')].map(r => "
+                     "[r.dataset.source, r.dataset.test, r.cells[2].textContent])")
+    assert rows == [[s["source_format"], s["test"], "iphone17pro"] for s in imported["series"]]
+    assert {r[0] for r in rows} == {"llama-bench", "mlx-lm", "litert-lm"}
+    # The section comes after the nightly overview, whose rows hold only orch's own series.
+    assert page.eval("document.getElementById('overview').compareDocumentPosition("
+                     "document.getElementById('imported')) & Node.DOCUMENT_POSITION_FOLLOWING") != 0
+    assert page.eval("document.querySelectorAll('#overview tr.series').length") == 2
+    assert page.errors == []
+    page.navigate((site / "config" / "nightly-decode.html").as_uri())
+    assert page.eval("document.querySelectorAll('#plot .scatterlayer .point').length") == 12  # no imported point
+    assert page.errors == []

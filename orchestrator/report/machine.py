@@ -18,7 +18,7 @@ import pandas as pd
 __all__ = ["DOCUMENTS", "VERSION", "document", "records"]
 
 VERSION = 1
-# Version history: 1 (first): show, audit, rank, devices, runtimes, nightly.
+# Version history: 1 (first): show, audit, rank, devices, runtimes, nightly; import added (a new document).
 DOCUMENTS: dict[str, list[str]] = {
     "show": ["run_id", "plan", "completed", "stops", "trials", "verdicts", "token_gates", "warnings"],
     "audit": ["run_id", "rows"],
@@ -26,6 +26,7 @@ DOCUMENTS: dict[str, list[str]] = {
     "devices": ["fleet", "devices"],
     "runtimes": ["runtimes", "failed"],
     "nightly": ["night", "alarmed", "run_ids", "tonight", "missing", "changes", "junit", "summary"],
+    "import": ["history", "files", "rows"],
 }
 
 

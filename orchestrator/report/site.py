@@ -4,6 +4,7 @@
     SITE/config/<config>.html     the config's series: interactive chart, alarms, change points
     SITE/data/<config>.json       the same series, for machines (column names as in the history)
     SITE/data/overview.json       the overview table, for machines
+    SITE/data/imported.json       other tools' results (orch import): shown apart on the index, never decided on
     SITE/runs/<run_id>/report.html  each run's report (the one `orch report` writes)
     SITE/assets/                  plotly.min.js (from the plotly package: no CDN), series.js, site.css
 
@@ -25,7 +26,8 @@ from typing import Any
 import pandas as pd
 
 from orchestrator.config.candidates import CeilingTable
-from orchestrator.report import site_pages
+from orchestrator.report import site_imports, site_pages
+from orchestrator.results.imports import store as imports_store
 from orchestrator.results.store import RUN_ID, RunDir, RunUnreadable
 
 __all__ = ["PublishOutcome", "publish"]
@@ -191,7 +193,12 @@ def publish(results: Path, history: Path | None, out: Path, ceilings: CeilingTab
         _write(out / "config" / f"{config}.html", site_pages.config_page(data).encode(), outcome)
     _write(out / "data" / "overview.json", (json.dumps({"series": over, "runs": run_rows, "unreadable": broken},
                                                        indent=1) + "\n").encode(), outcome)
-    _write(out / "index.html", site_pages.index_page(over, run_rows, broken).encode(), outcome)
+    imported_rows = imports_store.load(history)
+    imported = site_imports.series(imported_rows)
+    _write(out / "data" / "imported.json", (json.dumps(site_imports.document(imported, imported_rows), indent=1)
+                                            + "\n").encode(), outcome)
+    _write(out / "index.html", site_pages.index_page(over, run_rows, broken, site_imports.section(imported)).encode(),
+           outcome)
     for stale in set(made) - set(runs):  # a run removed from the results folder leaves the site too
         shutil.rmtree(out / "runs" / stale, ignore_errors=True)
         made.pop(stale)

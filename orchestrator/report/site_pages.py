@@ -157,7 +157,9 @@ def _page(title: str, body: str, depth: int, scripts: tuple[str, ...] = ()) -> s
             f'<link rel="stylesheet" href="{up}assets/site.css"></head><body>\n{body}\n{tags}</body></html>\n')
 
 
-def index_page(rows: list[dict[str, Any]], runs: list[dict[str, Any]], broken: list[dict[str, Any]]) -> str:
+def index_page(rows: list[dict[str, Any]], runs: list[dict[str, Any]], broken: list[dict[str, Any]],
+               imported: str = "") -> str:
+    """The overview; ``imported``: the section of other tools' results (site_imports), shown apart."""
     counts = {s: sum(1 for r in rows if r["status"] == s) for s in STATUS_ORDER}
     h = ["<h1>orch: the morning view</h1>",
          '<p class="sub">Every device x nightly config: its latest night under the pre-committed alarm rule '
@@ -181,6 +183,8 @@ def index_page(rows: list[dict[str, Any]], runs: list[dict[str, Any]], broken: l
         h.append("</table>")
     else:
         h.append("<p>No nightly history yet (orch nightly writes it).</p>")
+    if imported:
+        h.append(imported)
     h.append(f"<h2>Runs ({len(runs)})</h2>")
     if runs:
         h.append('<table id="runs"><tr><th>run</th><th>plan</th><th>model</th><th>arms</th><th>devices</th></tr>')

@@ -4,6 +4,7 @@ The layout stays plain parquet that Spark, Trino, pandas or pyarrow read as well
 
     history/trials/night=<night>/*.parquet    one row per trial
     history/nights/night=<night>/*.parquet    one row per device and config: the night's comparison
+    history/imported/night=<day>/*.parquet    other tools' results (``orch import``): no rank, alarm or verdict reads them
 
 DuckDB scans it in place: only the columns a query names are read, filters and aggregates run in
 the scan, and what comes back to Python is the answer (per-group medians, one row per night), not
