@@ -7,25 +7,21 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
 from collections.abc import Callable
 from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import Annotated, Any
 
 import pandas as pd
 import typer
-from rich.console import Console
 from rich.table import Table
 
+from orchestrator.cli_common import Results, bad_input, err, out
 from orchestrator.config.loader import ConfigError
+from orchestrator.report.console import frame_table
 from orchestrator.results.store import RunDir, RunNotFound, find_run
 
-out = Console(width=None if Console().is_terminal else 200)
-err = Console(stderr=True, width=None if Console().is_terminal else 200)
-
-Results = Annotated[Path, typer.Option("--results", help="Where runs live")]
 Ceilings = Annotated[Path, typer.Option("--ceilings", help="Bandwidth ceilings per chip class")]
 DEFAULT_CEILINGS = Path("configs/ceilings.yaml")
 
@@ -56,17 +52,13 @@ def records(frame: pd.DataFrame) -> list[dict[str, Any]]:
     return rows(frame)
 
 
-def _bad_input(message: str) -> NoReturn:
-    err.print(message, markup=False, highlight=False)
-    raise typer.Exit(2)
-
 
 def _run(results: Path, run: str) -> RunDir:
     """A run by its id under --results (a run elsewhere: --results its parent folder)."""
     try:
         return find_run(results, run)
     except RunNotFound as exc:
-        _bad_input(str(exc))
+        bad_input(str(exc))
 
 
 def _finished(run: RunDir) -> pd.DataFrame:
@@ -74,22 +66,8 @@ def _finished(run: RunDir) -> pd.DataFrame:
 
     trials = load_trials(run.path)
     if not (trials["status"] == "ok").any():
-        _bad_input(f"run {run.run_id} has no finished trials ({len(trials)} failed): nothing to analyse")
+        bad_input(f"run {run.run_id} has no finished trials ({len(trials)} failed): nothing to analyse")
     return trials
-
-
-def _f(x: Any, spec: str) -> str:
-    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
-
-
-def _table(title: str, frame: pd.DataFrame, cols: dict[str, str]) -> Table:
-    """A rich table of `frame`: header -> format spec ('' = str)."""
-    table = Table(title=title, title_justify="left")
-    for head, spec in cols.items():
-        table.add_column(head, justify="right" if spec else "left")
-    for row in frame.to_dict("records"):
-        table.add_row(*(_f(row[c], s) if s else str(row[c]) for c, s in cols.items()))
-    return table
 
 
 def _emit(frame: pd.DataFrame, fmt: Format, dest: Path | None, table: Table) -> None:
@@ -122,7 +100,7 @@ def audit_cmd(
     try:
         table = load_ceilings(ceilings)
     except ConfigError as exc:
-        _bad_input(str(exc))
+        bad_input(str(exc))
     trials, manifest = _finished(run_dir), run_dir.manifest()
     frame = audit(trials, manifest, table, seed=manifest.seed)
     if as_json:
@@ -139,7 +117,7 @@ def audit_cmd(
              zip(frame["effective_gb_s"], frame["effective_ci_low"], frame["effective_ci_high"], strict=True)],
         mb=frame["bytes_per_token"] / 1e6,
     )
-    out.print(_table("Decode: effective bandwidth against the ceiling", view, {
+    out.print(frame_table("Decode: effective bandwidth against the ceiling", view, {
         "device": "", "chip_class": "", "arm": "", "n": "d", "n_excluded": "d", "tok": "", "mb": ".0f", "eff": "",
         "ceiling_gb_s": ".1f", "ratio": ".0%", "ceiling_tok_s": ".1f", "reading": "",
     }))
@@ -152,7 +130,7 @@ def audit_cmd(
     pre = prefill_view(trials, manifest, table)
     if len(pre):
         pre = pre.assign(mb=pre["bytes_per_prefill_token"] / 1e6)
-        out.print(_table("Prefill: weights read once per M tokens (bound = ceiling x M / weight bytes)", pre, {
+        out.print(frame_table("Prefill: weights read once per M tokens (bound = ceiling x M / weight bytes)", pre, {
             "device": "", "arm": "", "chunk_width": "d", "mb": ".1f", "bound_tok_s": ".0f", "prefill_tok_s": ".1f",
             "regime": "",
         }))
@@ -177,13 +155,13 @@ def rank_cmd(
     try:
         table, ceil = load_candidates(candidates), load_ceilings(ceilings)
     except ConfigError as exc:
-        _bad_input(str(exc))
+        bad_input(str(exc))
     frames = [empty_observations()]
     for r in runs or []:
         run_dir = _run(results, r)
         frames.append(observations(_finished(run_dir), run_dir.manifest()))
     if history is not None and not (history / "trials").is_dir():
-        _bad_input(f"no nightly history under {history} (expected {history}/trials/night=*/)")
+        bad_input(f"no nightly history under {history} (expected {history}/trials/night=*/)")
     obs = pd.concat([f for f in frames if len(f)], ignore_index=True) if any(len(f) for f in frames) else frames[0]
     # A history's rows are summarized where they lie (DuckDB over the parquet), with the runs' rows.
     ranked = rank(table, obs, ceil) if history is None else rank_summary(table, summarize_history(history, obs), ceil)
@@ -191,7 +169,7 @@ def rank_cmd(
         _document("rank", dest, candidates=str(candidates), runs=list(runs or []),
                   history=str(history) if history is not None else None, rows=records(ranked))
         return
-    _emit(ranked, fmt, dest, _table(f"Candidates ({candidates}; {len(runs or [])} run(s) joined)", ranked, {
+    _emit(ranked, fmt, dest, frame_table(f"Candidates ({candidates}; {len(runs or [])} run(s) joined)", ranked, {
         "rank": "d", "seed_rank": "d", "target": "", "gate_status": "", "current_tok_s": ".1f", "current_source": "",
         "expected_tok_s": ".1f", "gain": ".2f", "audit_ratio": ".0%", "audit_bound_tok_s": ".1f",
         "audit_reading": "",
@@ -206,7 +184,7 @@ def rank_cmd(
 def _night_tables(outcome: Any) -> None:
     s = outcome.summary
     tonight = s.tonight.assign(builds=s.tonight["candidate_build"] + " vs " + s.tonight["reference_build"])
-    out.print(_table(f"Nightly {s.night}: runs {', '.join(outcome.run_ids)}", tonight, {
+    out.print(frame_table(f"Nightly {s.night}: runs {', '.join(outcome.run_ids)}", tonight, {
         "config": "", "device": "", "builds": "", "ratio": ".3f", "ci_low": ".3f", "ci_high": ".3f",
         "p_one_sided_slower": ".4f", "streak": "d", "status": "", "since": "", "reason": "",
     }))
@@ -272,7 +250,7 @@ def nightly_cmd(
         else:
             _night_tables(outcome)
     except (ConfigError, NightlyInputError, RunNotFound) as exc:
-        _bad_input(str(exc))
+        bad_input(str(exc))
     except KeyboardInterrupt:
         err.print("interrupted: the journal is intact." + (f" Finish the night with: {again[-1]}" if again else ""),
                   markup=False, highlight=False, soft_wrap=True)
@@ -303,9 +281,9 @@ def export_tuning_cmd(
     try:
         evidence = tuning.choose(trials, run_dir.manifest())
     except tuning.TuningInputError as exc:
-        _bad_input(str(exc))
+        bad_input(str(exc))
     paths = tuning.write(evidence, dest)
-    out.print(_table(f"Tuning from {run_dir.run_id} (chosen per chip class)", evidence, {
+    out.print(frame_table(f"Tuning from {run_dir.run_id} (chosen per chip class)", evidence, {
         "chip_class": "", "arm": "", "params": "", "chosen": "", "median_tok_s": ".2f", "ci_low": ".2f",
         "ci_high": ".2f", "n_trials": "d", "ratio_to_best": ".3f", "p_vs_best": ".4f", "reason": "",
     }))
@@ -328,9 +306,9 @@ def report_cmd(
     try:
         table = load_ceilings(ceilings) if ceilings.exists() else None
     except ConfigError as exc:
-        _bad_input(str(exc))
+        bad_input(str(exc))
     if not run_dir.journal_path.exists():
-        _bad_input(f"run {run_dir.run_id} has no journal yet: nothing to report")
+        bad_input(f"run {run_dir.run_id} has no journal yet: nothing to report")
     hist = history if history is not None else results / "history"
     for path in render(run_dir, dest or run_dir.path / "report", table, hist if hist.is_dir() else None):
         out.print(f"wrote {path}", highlight=False)
@@ -347,13 +325,13 @@ def publish_cmd(
     from orchestrator.report.site import publish
 
     if not results.is_dir():
-        _bad_input(f"no results folder {results} (orch run and orch nightly write there; --results DIR)")
+        bad_input(f"no results folder {results} (orch run and orch nightly write there; --results DIR)")
     if history is not None and not history.is_dir():
-        _bad_input(f"no nightly history under {history} (expected {history}/nights/night=*/)")
+        bad_input(f"no nightly history under {history} (expected {history}/nights/night=*/)")
     try:
         table = load_ceilings(ceilings) if ceilings.exists() else None
     except ConfigError as exc:
-        _bad_input(str(exc))
+        bad_input(str(exc))
     hist = history if history is not None else results / "history"
     outcome = publish(results, hist if hist.is_dir() else None, dest, table)
     for run_id in outcome.skipped_runs:
@@ -393,7 +371,7 @@ def import_cmd(
             {"source_file": f.source_file, "source_format": f.source_format, "import_id": f.import_id,
              "rows": len(f.rows), "written": [str(p) for p in f.written]} for f in done], rows=records(rows))
         return
-    out.print(_table(f"Imported into {history} (not interleaved, not settled: never decision-grade)", rows, {
+    out.print(frame_table(f"Imported into {history} (not interleaved, not settled: never decision-grade)", rows, {
         "source_file": "", "source_line": "d", "source_format": "", "model": "", "device": "", "test": "",
         "tok_s": ".2f", "tok_s_stddev": ".2f", "night": ""}))
 

@@ -88,6 +88,16 @@ def _fmt(x: Any, spec: str) -> str:
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
 
 
+def frame_table(title: str, frame: pd.DataFrame, cols: dict[str, str]) -> Table:
+    """A rich table of `frame`: column -> format spec ('' = str); a missing number shows as '-'."""
+    table = Table(title=title, title_justify="left")
+    for head, spec in cols.items():
+        table.add_column(head, justify="right" if spec else "left")
+    for row in frame.to_dict("records"):
+        table.add_row(*(_fmt(row[c], s) if s else str(row[c]) for c, s in cols.items()))
+    return table
+
+
 def verdict_table(verdicts: pd.DataFrame, manifest: Manifest, chips: dict[str, str] | None = None) -> Table:
     rule = manifest.plan.decision
     table = Table(
