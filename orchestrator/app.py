@@ -332,6 +332,12 @@ def _derive(run: RunDir, *, save: bool, why: str | None = None) -> RunOutcome:
     if reading.skipped:
         warnings.append(f"{len(reading.skipped)} journal line(s) skipped: a trial whose record was skipped counts as "
                         f"not run, and orch run --resume {run.run_id} runs it again")
+    if (done := run.derived()) is not None:  # derived once from this very journal: read, not recomputed
+        details = {d: s.detail for d, s in stops(records).items() if s.detail}
+        return RunOutcome(run=run, manifest=manifest, stops=stop_reasons(manifest, records), trials=done["trials"],
+                          verdicts=done["verdicts"], details=details, gates=done["token_gates"], warnings=warnings,
+                          chips=device_chips(manifest, records), device_time=done["device_time"],
+                          class_verdicts=done["class_verdicts"])
     trials = trial_rows(manifest, records)
     table = verdicts(trials, manifest.plan, seed=manifest.seed)
     table, spent = costs(table, trials, records, [s.device for s in manifest.sessions], manifest.plan.budget_minutes)

@@ -309,6 +309,9 @@ def report_cmd(
         bad_input(str(exc))
     if not run_dir.journal_path.exists():
         bad_input(f"run {run_dir.run_id} has no journal yet: nothing to report")
+    from orchestrator import app as core
+
+    core.derive(run_dir)  # once per journal state (written where the run can be locked); the report reads them
     hist = history if history is not None else results / "history"
     for path in render(run_dir, dest or run_dir.path / "report", table, hist if hist.is_dir() else None):
         out.print(f"wrote {path}", highlight=False)

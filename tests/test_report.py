@@ -111,3 +111,19 @@ def test_trials_run_throttled_are_listed_and_charted_apart(tmp_path: Path) -> No
     assert res.exit_code == 0 and "excluded from verdicts, the audit and rank" in res.output
     res = runner.invoke(app, ["rank", run.run_id, "--results", str(run.path.parent)])
     assert res.exit_code == 0 and "excluded from verdicts, the audit and rank (phone: " in " ".join(res.output.split())
+
+
+def test_the_report_reads_what_derive_wrote_and_writes_nothing_into_the_run(tmp_path: Path) -> None:
+    """Derive once, read many: the report shows the verdicts table derive wrote for this journal (here
+    edited on disk, so a recomputation would show) and leaves the run's own files as they were."""
+    run = run_on_disk(tmp_path, sim_device())
+    core.derive(run)
+    table = run.verdicts_path.read_text()
+    assert ",faster," in table
+    run.verdicts_path.write_text(table.replace(",faster,", ",slower,"))  # the journal is unchanged: still current
+    before = {p: p.read_bytes() for p in run.path.iterdir() if p.is_file()}
+    res = runner.invoke(cli(), ["report", run.run_id, "--results", str(run.path.parent), "--out", str(tmp_path / "o")])
+    assert res.exit_code == 0, res.output
+    md = (tmp_path / "o" / "report.md").read_text()
+    assert "slower" in md and "faster" not in md.split("## Verdicts", 1)[-1].split("##", 1)[0], md
+    assert {p: p.read_bytes() for p in run.path.iterdir() if p.is_file()} == before, "the run's files untouched"

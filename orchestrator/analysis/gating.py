@@ -116,8 +116,8 @@ def run_gates(manifest: Manifest, records: list[Record], gater: Decoder) -> pd.D
 def gates_of(run: RunDir, gater: Decoder, records: list[Record] | None = None, *, force: bool = False,
              save: bool = True) -> pd.DataFrame:
     """The run's token gates, computed once per journal state: `token_gates.csv` is reused while it is
-    newer than the journal, else the gates are computed (seconds: a reference decode per model) and
-    written (when `save`). Empty for a run with no real trials."""
+    current (derive listed it in derived.json for the journal as it is now), else the gates are computed
+    (seconds: a reference decode per model) and written (when `save`). Empty for a run with no real trials."""
     if not force and run.fresh(run.gates_path):
         return pd.read_csv(run.gates_path)
     gates = run_gates(run.manifest(), run.records() if records is None else records, gater)

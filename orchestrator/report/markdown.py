@@ -82,11 +82,12 @@ def token_gates(manifest: Manifest, records: list[Any]) -> pd.DataFrame:
     return out
 
 
-def _reference_gates(run: RunDir, records: list[Any]) -> pd.DataFrame | None:
+def _reference_gates(run: RunDir, records: list[Any], derived: dict[str, pd.DataFrame] | None) -> pd.DataFrame | None:
+    """The run's token gates as derive wrote them; computed in memory (never written) where they are stale."""
     from orchestrator.analysis.gating import gates_of
     from orchestrator.runtimes.gater import Gater
 
-    gates = gates_of(run, Gater(), records)
+    gates = derived["token_gates"] if derived is not None else gates_of(run, Gater(), records, save=False)
     return gates if len(gates) else None
 
 
@@ -108,10 +109,17 @@ def _nightly(history: Path | None, manifest: Manifest) -> NightlyView | None:
 
 
 def collect(run: RunDir, ceilings: CeilingTable | None, history: Path | None = None) -> Report:
+    """What a run's report shows: the tables derive wrote from its journal (computed in memory, never
+    written, where they are stale), the audit against `ceilings`, the nightly history's view."""
     manifest, records = run.manifest(), run.records()
-    trials = trial_rows(manifest, records)
-    table = verdicts(trials, manifest.plan, seed=manifest.seed) if len(trials) else pd.DataFrame()
-    table, spent = costs(table, trials, records, [s.device for s in manifest.sessions], manifest.plan.budget_minutes)
+    derived = run.derived()
+    if derived is not None:
+        trials, table, spent = derived["trials"], derived["verdicts"], derived["device_time"]
+    else:
+        trials = trial_rows(manifest, records)
+        table = verdicts(trials, manifest.plan, seed=manifest.seed) if len(trials) else pd.DataFrame()
+        table, spent = costs(table, trials, records, [s.device for s in manifest.sessions],
+                             manifest.plan.budget_minutes)
     ended: dict[str, str] = {d: str(s.reason) for d, s in stops(records).items()}
     ok = trials[trials["status"] == "ok"] if len(trials) else trials
     aud = audit(trials, manifest, ceilings, seed=manifest.seed) if ceilings is not None and len(ok) else None
@@ -122,7 +130,7 @@ def collect(run: RunDir, ceilings: CeilingTable | None, history: Path | None = N
         else pd.DataFrame()
     report = Report(run=run, manifest=manifest, trials=trials, verdicts=table, stops=ended, audit=aud, prefill=pre,
                     excluded=kept_out,
-                    gates=token_gates(manifest, records), reference_gates=_reference_gates(run, records),
+                    gates=token_gates(manifest, records), reference_gates=_reference_gates(run, records, derived),
                     failures=failures,
                     nightly=_nightly(history, manifest), chips=device_chips(manifest, records), device_time=spent)
     arms = [a.name for a in manifest.plan.arms]

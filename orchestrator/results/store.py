@@ -119,6 +119,20 @@ class RunDir:
         return (isinstance(stamp, dict) and derived.name in stamp.get("tables", []) and derived.exists()
                 and all(stamp.get(k) == v for k, v in now.items()))
 
+    def derived(self) -> dict[str, pd.DataFrame] | None:
+        """The tables the last derive wrote, when they are current (None: derive again): trials,
+        verdicts, device_time, and class_verdicts and token_gates where it wrote them (else empty)."""
+        if not all(self.fresh(p) for p in (self.trials_path, self.verdicts_path, self.device_time_path)):
+            return None
+        try:
+            out = {"trials": pd.read_parquet(self.trials_path), "verdicts": pd.read_csv(self.verdicts_path),
+                   "device_time": pd.read_csv(self.device_time_path)}
+            for name, path in (("class_verdicts", self.path / "class_verdicts.csv"), ("token_gates", self.gates_path)):
+                out[name] = pd.read_csv(path) if self.fresh(path) else pd.DataFrame()
+        except (OSError, ValueError):
+            return None
+        return out
+
     @property
     def lock_path(self) -> Path:
         return self.path / "run.lock"
