@@ -300,6 +300,15 @@ def test_a_tuning_table_that_cannot_be_deployed_is_a_located_error(tmp_path: Pat
     assert code == 2, out
     said = " ".join(out.split())
     assert "only the harness's engines (rawloop-cpu, rawloop-metal, harness-llamacpp) read a tuning table" in said, out
+    # llama.cpp in the harness: its tables carry the harness's engine name (`llamacpp`), as export-tuning writes them
+    for engine, ok in (("llamacpp", True), ("harness-llamacpp", False)):
+        table = tmp_path / f"{engine}.json"
+        table.write_text(json.dumps({"engine": engine, "params": {"n_batch": 32}}))
+        arms = [RAW[0], {"name": "inh", "runtime": "harness-llamacpp", "tuning_table": str(table)}]
+        f, p = write_inputs(tmp_path, here, plan(MODEL, arms, model_location="device"))
+        code, out = invoke("validate", str(f), str(p))
+        assert (code == 0) == ok, out
+        assert ok or "the arm runs 'harness-llamacpp' (engine 'llamacpp')" in " ".join(out.split()), out
 
 
 def test_a_local_host_reads_the_controllers_file_where_it_is(tmp_path: Path, harness: Path, t1: Path) -> None:

@@ -14,7 +14,7 @@ from conftest import ROOT, SIM_LAB, fleet_of, plan_with, sim_device
 from test_audit import run_in_memory
 from typer.testing import CliRunner
 
-from orchestrator.analysis.tuning import HarnessTuningTable, TuningInputError, choose, write
+from orchestrator.analysis.tuning import HarnessTuningTable, TuningInputError, choose, harness_tables, write
 from orchestrator.cli_analysis import register
 from orchestrator.config import load_fleet, load_plan
 
@@ -107,3 +107,13 @@ def test_cli_export_tuning(tmp_path: Path) -> None:
     assert res.exit_code == 2 and "no run 'nope'" in res.output
     res = runner.invoke(app, ["audit", "nope", "--results", str(tmp_path)])
     assert res.exit_code == 2
+
+
+def test_a_table_carries_the_harness_engine_name() -> None:
+    """llama.cpp in the harness runs as runtime `harness-llamacpp`; the harness knows the engine as `llamacpp`."""
+    evidence = pd.DataFrame([{"chip_class": "A19 Pro", "engine": "harness-llamacpp", "chosen": True,
+                              "params": json.dumps({"n_batch": 64})},
+                             {"chip_class": "M4", "engine": "rawloop-cpu", "chosen": True, "params": "{}"}])
+    tables = harness_tables(evidence)
+    assert tables["A19 Pro"].engine == "llamacpp" and tables["A19 Pro"].params == {"n_batch": 64}
+    assert tables["M4"].engine == "rawloop-cpu"
