@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT))
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from orchestrator import app as core  # noqa: E402
+from orchestrator import core  # noqa: E402
 from orchestrator.analysis.sizing import noise_of, size  # noqa: E402
 from orchestrator.analysis.summary import verdicts  # noqa: E402
 from orchestrator.config import Fleet, Plan  # noqa: E402

@@ -23,7 +23,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from orchestrator import app as core  # noqa: E402
+from orchestrator import core  # noqa: E402
 from orchestrator.config import Fleet, Plan  # noqa: E402
 from orchestrator.devices import open_device  # noqa: E402
 from orchestrator.devices.base import Device  # noqa: E402

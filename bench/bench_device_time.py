@@ -22,7 +22,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from orchestrator import app as core  # noqa: E402
+from orchestrator import core  # noqa: E402
 from orchestrator.analysis.devicetime import device_time, prepare_seconds  # noqa: E402
 from orchestrator.analysis.summary import verdicts  # noqa: E402
 from orchestrator.config import Fleet, Plan  # noqa: E402

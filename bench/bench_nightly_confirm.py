@@ -34,7 +34,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from scipy.stats import beta  # noqa: E402
 
-from orchestrator import app as core  # noqa: E402
+from orchestrator import core  # noqa: E402
 from orchestrator.analysis.confirm import after, decide, extension_blocks, extension_plan, suspicious  # noqa: E402
 from orchestrator.analysis.nightly import alarms, night_rows, pin_builds, rule_of  # noqa: E402
 from orchestrator.analysis.summary import verdicts  # noqa: E402

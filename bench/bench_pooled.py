@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from bench_adaptive import ci95  # noqa: E402
 
-from orchestrator import app as core  # noqa: E402
+from orchestrator import core  # noqa: E402
 from orchestrator.analysis.pooled import class_verdicts  # noqa: E402
 from orchestrator.analysis.summary import verdicts  # noqa: E402
 from orchestrator.config import Fleet, Plan  # noqa: E402

@@ -40,7 +40,7 @@ sys.path.insert(0, str(ROOT))
 import numpy as np  # noqa: E402
 import yaml  # noqa: E402
 
-from orchestrator import app as core  # noqa: E402
+from orchestrator import core  # noqa: E402
 from orchestrator.analysis.summary import verdicts  # noqa: E402
 from orchestrator.config import Fleet, Plan  # noqa: E402
 from orchestrator.results.records import AttemptSpoiled, TrialRecord  # noqa: E402

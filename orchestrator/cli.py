@@ -16,7 +16,7 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperGroup
 
-from orchestrator import app as core
+from orchestrator import core
 from orchestrator.analysis.gating import mismatched
 from orchestrator.cli_analysis import register as register_analysis
 from orchestrator.cli_common import Results, bad_input, err, fail, out
@@ -73,7 +73,7 @@ def _oserror(exc: OSError) -> str:
 
 
 
-# The CLI parses, calls orchestrator.app and friends, and prints; no logic lives here.
+# The CLI parses, calls orchestrator.core and friends, and prints; no logic lives here.
 app = typer.Typer(cls=_Commands, no_args_is_help=True, add_completion=False, help=__doc__)
 
 

@@ -309,7 +309,7 @@ def report_cmd(
         bad_input(str(exc))
     if not run_dir.journal_path.exists():
         bad_input(f"run {run_dir.run_id} has no journal yet: nothing to report")
-    from orchestrator import app as core
+    from orchestrator import core
 
     core.derive(run_dir)  # once per journal state (written where the run can be locked); the report reads them
     hist = history if history is not None else results / "history"

@@ -18,7 +18,7 @@ from shlex import quote
 
 import pandas as pd
 
-from orchestrator import app as core
+from orchestrator import core
 from orchestrator.analysis.confirm import after, decide, extends, extension_blocks, extension_plan, suspicious
 from orchestrator.analysis.nightly import (
     NightSummary,

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 from conftest import ROOT, SIM_AB, SIM_LAB, fleet_of, plan_with, sim_device
 
-from orchestrator import app as core
+from orchestrator import core
 from orchestrator.analysis.audit import audit, ceiling_for, prefill_view
 from orchestrator.config import ConfigError, Fleet, Plan, load_fleet, load_plan
 from orchestrator.config.candidates import load_ceilings

@@ -10,7 +10,7 @@ import pytest
 from conftest import AA, MODEL, ROOT, SIM_AB, SIM_LAB
 from typer.testing import CliRunner
 
-from orchestrator import app as core
+from orchestrator import core
 from orchestrator.cli import app
 from orchestrator.config import ConfigError, Fleet, Plan, load_any, load_fleet, load_plan
 

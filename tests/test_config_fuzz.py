@@ -30,7 +30,7 @@ from pydantic import BaseModel
 from ruamel.yaml import YAML
 from typer.testing import CliRunner
 
-from orchestrator import app as core
+from orchestrator import core
 from orchestrator.cli import app
 from orchestrator.config import ConfigError, load_any
 from orchestrator.config.candidates import load_candidates, load_ceilings

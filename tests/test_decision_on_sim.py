@@ -11,7 +11,7 @@ from collections import Counter
 
 from conftest import fleet_of, plan_with, sim_device
 
-from orchestrator import app as core
+from orchestrator import core
 from orchestrator.analysis.summary import verdicts
 from orchestrator.devices import open_device
 from orchestrator.results import MemoryJournal

@@ -20,7 +20,7 @@ from sshd import Sshd
 from test_fake_contract import good
 from test_run import invoke, only_run, write_inputs
 
-from orchestrator import app as core
+from orchestrator import core
 from orchestrator.clock import VirtualClock
 from orchestrator.config import Fleet, Plan
 from orchestrator.devices import FakeDevice, open_device

@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 from conftest import fleet_of, plan_with
 
-from orchestrator import app as core
+from orchestrator import core
 from orchestrator.analysis.audit import audit, noisy_reading, too_wide
 from orchestrator.analysis.summary import verdicts
 from orchestrator.clock import VirtualClock

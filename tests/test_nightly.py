@@ -150,7 +150,7 @@ def test_cli_nightly_exit_codes_junit_and_summary(tmp_path: Path) -> None:
 
 
 def test_an_interrupted_night_resumes_once_into_the_history(tmp_path: Path, nightly_plan: Plan) -> None:
-    from orchestrator import app as core
+    from orchestrator import core
     from orchestrator.config import load_fleet
 
     results = tmp_path / "r"
@@ -284,7 +284,7 @@ def test_cli_a_night_of_three_configs_and_the_same_night_again(tmp_path: Path) -
 def test_cli_a_failed_night_is_not_an_alarm_and_leaves_no_stale_report(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from orchestrator import app as core
+    from orchestrator import core
     from orchestrator.results.store import RunDir
 
     fleet, plans = nightly_lab(tmp_path)

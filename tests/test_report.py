@@ -12,7 +12,7 @@ import typer
 from conftest import ROOT, SIM_LAB, fleet_of, plan_with, sim_device
 from typer.testing import CliRunner
 
-from orchestrator import app as core
+from orchestrator import core
 from orchestrator.cli_analysis import register
 from orchestrator.config.candidates import load_ceilings
 from orchestrator.report.html import render

@@ -18,7 +18,7 @@ from conftest import SIM_AB, SIM_LAB, fleet_of, plan_with, sim_device
 from pydantic import BaseModel
 from typer.testing import CliRunner
 
-from orchestrator import app as core
+from orchestrator import core
 from orchestrator.cli import app
 from orchestrator.config import Fleet, Plan
 from orchestrator.results import load_trials, read_journal

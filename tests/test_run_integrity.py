@@ -21,7 +21,7 @@ import pytest
 from conftest import fleet_of, plan_with, sim_device
 from test_run import finals, invoke, write_inputs
 
-from orchestrator import app as core
+from orchestrator import core
 from orchestrator.results.journal import Journal, JournalWriteError, read_records
 from orchestrator.results.records import RunFinished, RunStarted
 from orchestrator.results.store import RunDir

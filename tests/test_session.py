@@ -6,7 +6,7 @@ import asyncio
 
 from conftest import fleet_of, plan_with, sim_device
 
-from orchestrator import app as core
+from orchestrator import core
 from orchestrator.clock import VirtualClock
 from orchestrator.devices import FakeDevice, open_device
 from orchestrator.devices.base import Device

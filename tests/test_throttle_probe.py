@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from conftest import fleet_of, plan_with, sim_device
 
-from orchestrator import app as core
+from orchestrator import core
 from orchestrator.clock import VirtualClock
 from orchestrator.config import SettlePolicy
 from orchestrator.config.sim import SimDeviceConfig
