@@ -98,7 +98,7 @@ def write_history(root: Path, rows: int, seed: int = 0, *, devices: int = DEVICE
 def measure_rank(history: Path) -> dict[str, Any]:
     from orchestrator.analysis.rank import HISTORY_OBS_COLUMNS, rank
     from orchestrator.config.candidates import load_candidates, load_ceilings
-    from orchestrator.results.history_store import load_history_trials
+    from orchestrator.results.history import load_trials as load_history_trials
 
     obs = load_history_trials(history, HISTORY_OBS_COLUMNS)
     table = rank(load_candidates(ROOT / "configs" / "candidates.yaml"), obs,
@@ -109,7 +109,7 @@ def measure_rank(history: Path) -> dict[str, Any]:
 def measure_nightly(history: Path) -> dict[str, Any]:
     from orchestrator.config.plan import NightlyAlarm
     from orchestrator.night import summarize
-    from orchestrator.results.history_store import load_nights
+    from orchestrator.results.history import load_nights
 
     nights = load_nights(history)
     last = str(max(nights["night"]))

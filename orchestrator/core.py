@@ -326,13 +326,14 @@ def _derive(run: RunDir, *, save: bool, why: str | None = None) -> RunOutcome:
     last); the token gates are recomputed only when the journal has changed since they were written."""
     manifest = run.manifest()
     reading = run.read(manifest)
-    made_from = run.journal_stamp() if save and run.journal_path.is_file() else None  # locked: as it was read
+    made_from = run.journal_stamp() if run.journal_path.is_file() else None  # under the lock when saving: as read
     records = reading.records
     warnings = reading.warnings(run.journal_path) + ([why] if why else [])
     if reading.skipped:
         warnings.append(f"{len(reading.skipped)} journal line(s) skipped: a trial whose record was skipped counts as "
                         f"not run, and orch run --resume {run.run_id} runs it again")
-    if (done := run.derived()) is not None:  # derived once from this very journal: read, not recomputed
+    # derived once from this very journal: read, not recomputed
+    if made_from is not None and (done := run.derived(made_from)) is not None:
         details = {d: s.detail for d, s in stops(records).items() if s.detail}
         return RunOutcome(run=run, manifest=manifest, stops=stop_reasons(manifest, records), trials=done["trials"],
                           verdicts=done["verdicts"], details=details, gates=done["token_gates"], warnings=warnings,

@@ -195,16 +195,16 @@ def test_imported_rows_enter_no_rank_alarm_or_verdict(tmp_path: Path) -> None:
 
     from orchestrator.analysis.rank import summarize_history
     from orchestrator.night import summarize
-    from orchestrator.results import history_store
+    from orchestrator.results import history as history_db
 
     results = tmp_path / "results"
     make_nights(tmp_path, results, 1, 2, total=2)
     history = results / "history"
     def answers() -> tuple[pd.DataFrame, ...]:  # each in a fixed order (DuckDB returns trial rows in any)
-        trials = history_store.load_history_trials(history)
+        trials = history_db.load_trials(history)
         trials = trials.astype({c: str for c in trials.columns if isinstance(trials[c].dtype, pd.CategoricalDtype)})
         assert not trials.duplicated(["run_id", "device", "seq"]).any()  # the order below is total
-        return (summarize_history(history), history_store.load_nights(history),
+        return (summarize_history(history), history_db.load_nights(history),
                 trials.sort_values(["run_id", "device", "seq"], kind="stable").reset_index(drop=True))
 
     before = answers()

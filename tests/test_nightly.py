@@ -22,13 +22,9 @@ from orchestrator.cli_analysis import register
 from orchestrator.config import Plan, load_plan
 from orchestrator.config.plan import NightlyAlarm
 from orchestrator.night import summarize
-from orchestrator.results.history_store import (
-    NightlyInputError,
-    append_history,
-    compact_night,
-    load_history_trials,
-    load_nights,
-)
+from orchestrator.results.history import load_nights
+from orchestrator.results.history import load_trials as load_history_trials
+from orchestrator.results.history_store import NightlyInputError, append_history, compact_night
 
 NIGHTLY = ROOT / "configs" / "plans" / "nightly.yaml"
 

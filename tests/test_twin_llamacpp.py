@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from twin_support import BUNDLE, HARNESS, MODEL, ORCH, harness_has_app, running_twin
+from twin_support import BUNDLE, HARNESS, MODEL, ORCH, harness_has_app, running_twin, twin_fleet
 
 from orchestrator.twin import make_ipa
 
@@ -29,19 +29,7 @@ def _harness_has_llamacpp() -> bool:
 def test_twin_runs_the_raw_loop_against_llamacpp_inside_the_app(tmp_path: Path) -> None:
     ipa = make_ipa(tmp_path / "twin.ipa", HARNESS, BUNDLE, minimum_os="16.0")
     with running_twin(tmp_path, ios="18.2", thermal_speed=20.0) as twin:
-        fleet = tmp_path / "fleet.yaml"
-        fleet.write_text(textwrap.dedent(f"""\
-            name: twin
-            devices:
-              - id: twin
-                kind: iphone
-                udid: {twin.phone.cfg.udid}
-                usbmux_address: {twin.address}
-                tunnel: tunneld
-                tunneld_address: {twin.tunneld_address}
-                ipa: {ipa}
-                poll_s: 0.05
-            """))
+        fleet = twin_fleet(tmp_path / "fleet.yaml", twin, ipa)
         plan = tmp_path / "plan.yaml"
         plan.write_text(textwrap.dedent(f"""\
             name: twin-cpu-llamacpp

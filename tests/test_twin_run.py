@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from twin_support import BUNDLE, HARNESS, MODEL, ORCH, ROOT, harness_has_app, running_twin
+from twin_support import BUNDLE, HARNESS, MODEL, ORCH, ROOT, harness_has_app, running_twin, twin_fleet
 
 from orchestrator.twin import make_ipa
 
@@ -49,19 +49,7 @@ def test_orch_run_on_a_twin_deploys_the_model_and_runs_the_raw_loop(tmp_path: Pa
     table = tmp_path / "rawloop-cpu.json"  # as `orch export-tuning` writes one: deployed, then loaded by the app
     table.write_text(json.dumps({"engine": "rawloop-cpu", "device": "A18 Pro", "params": {"kv_cache": "f32"}}))
     with running_twin(tmp_path, ios="18.2", thermal_speed=20.0) as twin:
-        fleet = tmp_path / "fleet.yaml"
-        fleet.write_text(textwrap.dedent(f"""\
-            name: twin
-            devices:
-              - id: twin
-                kind: iphone
-                udid: {twin.phone.cfg.udid}
-                usbmux_address: {twin.address}
-                tunnel: tunneld
-                tunneld_address: {twin.tunneld_address}
-                ipa: {ipa}
-                poll_s: 0.05
-            """))
+        fleet = twin_fleet(tmp_path / "fleet.yaml", twin, ipa)
         plan = tmp_path / "plan.yaml"
         plan.write_text(textwrap.dedent(f"""\
             name: twin-cpu-metal

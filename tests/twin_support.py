@@ -133,6 +133,23 @@ def running_twin(tmp_path: Path, **over: Any) -> Iterator[ThreadedTwin]:
         yield twin
 
 
+def twin_fleet(path: Path, twin: ThreadedTwin, ipa: Path) -> Path:
+    """A fleet file with the twin as its one iPhone (`twin`), reached over its usbmux and tunneld addresses."""
+    path.write_text(textwrap.dedent(f"""\
+        name: twin
+        devices:
+          - id: twin
+            kind: iphone
+            udid: {twin.phone.cfg.udid}
+            usbmux_address: {twin.address}
+            tunnel: tunneld
+            tunneld_address: {twin.tunneld_address}
+            ipa: {ipa}
+            poll_s: 0.05
+        """))
+    return path
+
+
 def pmd_env(twin: ThreadedTwin, tmp_path: Path) -> dict[str, str]:
     """The environment for the pymobiledevice3 CLI: this twin's usbmuxd, a HOME of the test's own."""
     home = tmp_path / "home"

@@ -27,7 +27,7 @@ import pandas as pd
 from orchestrator.analysis.audit import chip_class, median_ci
 from orchestrator.analysis.decision import ArmSample, InsufficientData, compare
 from orchestrator.config.plan import Arm
-from orchestrator.protocol import HARNESS_ENGINE_NAMES, HarnessTuningTable, TuningValue
+from orchestrator.protocol import HarnessTuningTable, TuningValue, harness_engine
 from orchestrator.results.records import Manifest
 from orchestrator.results.store import usable
 
@@ -138,9 +138,9 @@ def harness_tables(evidence: pd.DataFrame) -> dict[str, HarnessTuningTable]:
     """Per chip class, the table the harness loads."""
     out = {}
     for row in evidence[evidence["chosen"]].to_dict("records"):
-        engine = HARNESS_ENGINE_NAMES.get(str(row["engine"]), str(row["engine"]))  # as the harness names it
         out[str(row["chip_class"])] = HarnessTuningTable(
-            engine=engine, device=str(row["chip_class"]), params=json.loads(str(row["params"])))
+            engine=harness_engine(str(row["engine"])), device=str(row["chip_class"]),
+            params=json.loads(str(row["params"])))
     return out
 
 

@@ -176,10 +176,15 @@ class TrialResult(_Strict):
 HARNESS_ENGINE_NAMES = {"harness-llamacpp": "llamacpp"}
 
 
+def harness_engine(runtime: str) -> str:
+    """The harness's name for a runtime it runs (its specs and tuning tables carry it)."""
+    return HARNESS_ENGINE_NAMES.get(runtime, runtime)
+
+
 def for_harness(spec: TrialSpec) -> TrialSpec:
     """The spec as the harness reads it: `engine` is the harness's name for the arm's runtime."""
-    name = HARNESS_ENGINE_NAMES.get(spec.engine)
-    return spec.model_copy(update={"engine": name}) if name else spec
+    name = harness_engine(spec.engine)
+    return spec.model_copy(update={"engine": name}) if name != spec.engine else spec
 
 
 def parse_result(raw: bytes | str) -> TrialResult:

@@ -93,7 +93,7 @@ def _reference_gates(run: RunDir, records: list[Any], derived: dict[str, pd.Data
 
 def _nightly(history: Path | None, manifest: Manifest) -> NightlyView | None:
     from orchestrator.analysis import nightly
-    from orchestrator.results.history_store import load_nights
+    from orchestrator.results.history import load_nights
 
     if history is None or not (history / "nights").is_dir():
         return None

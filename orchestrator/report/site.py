@@ -95,7 +95,7 @@ def _series(history: Path | None, runs: dict[str, RunDir]) -> tuple[pd.DataFrame
     from orchestrator.analysis import nightly
     from orchestrator.config.plan import NightlyAlarm
     from orchestrator.results import history as history_db
-    from orchestrator.results.history_store import load_nights
+    from orchestrator.results.history import load_nights
 
     if history is None or not history_db.has(history, "nights"):
         return pd.DataFrame(columns=["config", "device", "night"]), pd.DataFrame(columns=["config", "device"])

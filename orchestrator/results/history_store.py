@@ -18,7 +18,7 @@ from orchestrator.results import history as history_db
 from orchestrator.results.history import STRING_COLUMNS as HISTORY_STRINGS
 
 __all__ = ["FLOAT_COLUMNS", "NIGHT_COLUMNS", "SERIES_COLUMNS", "STRING_COLUMNS", "TRIAL_COLUMNS", "NightlyInputError",
-           "append_history", "check_night", "compact_night", "load_history_trials", "load_nights", "typed"]
+           "append_history", "check_night", "compact_night", "typed"]
 
 NIGHT = re.compile(r"^[0-9A-Za-z_.-]+$")
 TRIAL_COLUMNS = [
@@ -101,14 +101,3 @@ def compact_night(history: Path, night: str) -> None:
             if f.name != name:
                 f.unlink()
 
-
-def load_nights(history: Path) -> pd.DataFrame:
-    """Every night's comparison; a night run twice for a device and config keeps its latest run (one row
-    once the night is compacted; before, the greatest run id). Read with DuckDB."""
-    return history_db.load_nights(history)
-
-
-def load_history_trials(history: Path, columns: list[str] | None = None,
-                        configs: list[str] | None = None) -> pd.DataFrame:
-    """Trial rows of the history (strings categorical, nights ordered). Read with DuckDB."""
-    return history_db.load_trials(history, columns, configs)

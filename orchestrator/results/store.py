@@ -109,26 +109,33 @@ class RunDir:
         write_atomic(self.stamp_path, json.dumps({**made_from, "tables": sorted(p.name for p in tables)},
                                                  indent=1).encode())
 
-    def fresh(self, derived: Path) -> bool:
-        """A table derived from the journal is current: the last derive wrote it from the journal as it is now."""
+    def current(self, now: dict[str, Any] | None = None) -> set[str]:
+        """The tables the last derive wrote from the journal as it is now (`now`: its journal_stamp, when
+        the caller has it); none when the journal has changed since."""
         try:
             stamp = json.loads(self.stamp_path.read_bytes())
-            now = self.journal_stamp()
+            now = now if now is not None else self.journal_stamp()
         except (OSError, ValueError):
-            return False
-        return (isinstance(stamp, dict) and derived.name in stamp.get("tables", []) and derived.exists()
-                and all(stamp.get(k) == v for k, v in now.items()))
+            return set()
+        if not isinstance(stamp, dict) or any(stamp.get(k) != v for k, v in now.items()):
+            return set()
+        return {name for name in stamp.get("tables", []) if (self.path / name).exists()}
 
-    def derived(self) -> dict[str, pd.DataFrame] | None:
+    def fresh(self, derived: Path) -> bool:
+        """A table derived from the journal is current: the last derive wrote it from the journal as it is now."""
+        return derived.name in self.current()
+
+    def derived(self, now: dict[str, Any] | None = None) -> dict[str, pd.DataFrame] | None:
         """The tables the last derive wrote, when they are current (None: derive again): trials,
         verdicts, device_time, and class_verdicts and token_gates where it wrote them (else empty)."""
-        if not all(self.fresh(p) for p in (self.trials_path, self.verdicts_path, self.device_time_path)):
+        current = self.current(now)  # the journal is hashed once for all of them
+        if not {p.name for p in (self.trials_path, self.verdicts_path, self.device_time_path)} <= current:
             return None
         try:
             out = {"trials": pd.read_parquet(self.trials_path), "verdicts": pd.read_csv(self.verdicts_path),
                    "device_time": pd.read_csv(self.device_time_path)}
             for name, path in (("class_verdicts", self.path / "class_verdicts.csv"), ("token_gates", self.gates_path)):
-                out[name] = pd.read_csv(path) if self.fresh(path) else pd.DataFrame()
+                out[name] = pd.read_csv(path) if path.name in current else pd.DataFrame()
         except (OSError, ValueError):
             return None
         return out

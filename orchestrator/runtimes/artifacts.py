@@ -33,7 +33,7 @@ from pathlib import Path
 from orchestrator.config.fleet import Fleet, HostDeviceConfig, IphoneDeviceConfig
 from orchestrator.config.plan import Arm, Plan
 from orchestrator.config.sim import SimDeviceConfig
-from orchestrator.protocol import HARNESS_ENGINE_NAMES, HarnessTuningTable
+from orchestrator.protocol import HarnessTuningTable, harness_engine
 from orchestrator.protocol.device import ArtifactFile, Artifacts
 from orchestrator.runtimes import catalog
 from orchestrator.runtimes.process import DriverAdapter
@@ -92,7 +92,7 @@ def tuning_problem(arm: Arm) -> str | None:
     except (OSError, ValueError) as exc:
         first = str(exc).splitlines()[0]
         return f"{path} is not a harness tuning table ({{\"engine\", \"device\", \"params\"}}): {first}"
-    engine = HARNESS_ENGINE_NAMES.get(arm.runtime, arm.runtime)  # the harness's name for it, which tables carry
+    engine = harness_engine(arm.runtime)
     if table.engine != engine:
         return f"{path} is a table for {table.engine!r}; the arm runs {arm.runtime!r} (engine {engine!r})"
     return None
