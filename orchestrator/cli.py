@@ -46,6 +46,7 @@ from orchestrator.results.store import (
     RunUnreadable,
     excluded_words,
     find_run,
+    self_throttled_words,
 )
 
 BAD_INPUT = (ConfigError, RunNotFound, RunUnreadable)
@@ -136,8 +137,9 @@ def _summary(outcome: core.RunOutcome) -> None:
     out.print(verdict_table(outcome.verdicts, outcome.manifest, outcome.chips))
     if len(outcome.class_verdicts):
         out.print(class_table(outcome.class_verdicts))
-    if (words := excluded_words(outcome.trials)) is not None:
-        out.print(words, markup=False, highlight=False)
+    for words in (excluded_words(outcome.trials), self_throttled_words(outcome.trials)):
+        if words is not None:
+            out.print(words, markup=False, highlight=False)
     for note in budget_note(outcome.device_time, dict(outcome.stops), outcome.verdicts):
         out.print(note, markup=False, highlight=False)
     files = "journal.jsonl, trials.parquet, verdicts.csv, device_time.csv"
