@@ -1,12 +1,15 @@
 """A trial you can trust: hidden throttling on the simulator, interference on this host (run on demand).
 
 Part 1 (`sim`): `--reps` simulated phones (default 200), each its own seed, through the real scheduler,
-settle gate and sessions (`run_sessions` into a MemoryJournal), then the verdict table as `orch run`
-derives it. No true gap: both arms decode at 50 tok/s; the candidate is heavier (load 2, 4 s launch: it
-heats the phone more). The phone throttles by 10% from a SoC temperature 1 C over idle, where its OS still
-reports `nominal`. Fixed design: 20 ABBA blocks (40 launches per arm), Hodges-Lehmann. Side by side on the
-same phones: the default settle gate without the throttle probe, and with it (`settle.throttle_probe`).
-Bias: the median over phones of the estimated ratio - 1 (and the mean).
+settle gate and sessions (`core.simulate`), then the verdict table as `orch run` derives it. Both arms decode
+at 50 tok/s when cool; the candidate is heavier (load 2, 4 s launch: it heats the phone more). The phone
+throttles by 10% from a SoC temperature where its OS still reports `nominal`, the moment it gets there
+(mid-trial too). Four thresholds (SCENARIOS): two where neither arm reaches it from idle (the truth is no
+gap; any bias is carried-over heat), a knife edge, and one the heavy arm crosses from idle in every launch (a
+real gap). Fixed design: 20 ABBA blocks (40 launches per arm), Hodges-Lehmann. Side by side on the same
+phones: the default settle gate without the throttle probe, with a probe before each trial, and with a probe
+before and after each trial (a trial slow after is retried from a rest). Truth: each arm's launch on a phone
+at idle without noise. Bias: the median over phones of the estimated ratio / truth - 1 (and the mean).
 
 Part 2 (`host`): `orch run` (a separate process, as a user runs it) of the harness's raw loop against
 itself (an A/A, 6 blocks of ABBA on this CPU, m110 Q8_0 from `orch model make --size m110`) while a CPU hog started by this script
@@ -251,6 +254,33 @@ SIM_NOTES = [
 ]
 
 
+def goal_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """The probe's goal (bias < 1%, faster and slower each <= 5%), where the truth is no gap from idle and
+    from the rest margin alike; the other scenarios, said for what they are."""
+    out = ["The goal (with the probe: bias below 1%, `faster` and `slower` each at most 5%; the rule's own "
+           "two-sided alpha is 5%, and 200 phones measure a rate to about +-1.5 points):"]
+    for r in rows:
+        if r["gate"] != "before+after":
+            continue
+        clean = abs(r["true_ratio"] - 1) < 1e-9 and abs(r["true_ratio_at_margin"] - 1) < 1e-9
+        met = abs(r["median_bias"]) < 0.01 and r["faster"] <= 0.05 and r["slower"] <= 0.05
+        what = (("met" if met else "NOT met") + f": bias {pct(r['median_bias'])}, faster {pct(r['faster'])}, "
+                f"slower {pct(r['slower'])}, at {r['mean_device_hours']:.1f} device h per phone")
+        if clean:
+            out.append(f"- {r['hidden_throttle_c']} C ({r['scenario']}, no gap from idle or from rest): {what}.")
+        elif r["true_ratio"] < 1 - 1e-9:
+            out.append(f"- {r['hidden_throttle_c']} C ({r['scenario']}): a real gap (truth {r['true_ratio']:.3f} from "
+                       f"idle, {r['true_ratio_at_margin']:.3f} from {r['rest_margin_c']:g} C over it); the verdict "
+                       f"says `slower` on {pct(r['slower'])} of phones at a median ratio of {r['median_ratio']:.3f}, "
+                       "between the two: kept, and marked as throttled from rest.")
+        else:
+            out.append(f"- {r['hidden_throttle_c']} C ({r['scenario']}): no gap from idle, {r['true_ratio_at_margin']:.3f} "
+                       f"from {r['rest_margin_c']:g} C over it; the gate counts the heavy arm as throttling itself "
+                       f"(median ratio {r['median_ratio']:.3f}, `slower` on {pct(r['slower'])}): where the answer "
+                       "hangs on tenths of a degree, 'rested' decides it, and the figures say so.")
+    return out
+
+
 def markdown(out: dict[str, Any]) -> list[str]:
     lines = ["# A trial you can trust: hidden throttling and interference", ""]
     if "sim" in out:
@@ -274,7 +304,7 @@ def markdown(out: dict[str, Any]) -> list[str]:
                          f"{pct(r['equivalent'])} | {pct(r['inconclusive'])} | {pct(r['excluded_share'])} | "
                          f"{pct(r['retried_share'])} | {rest.get('engine', 0)}/{rest.get('heavy', 0)} | "
                          f"{r['mean_device_hours']:.2f} |")
-        lines += ["", *SIM_NOTES, ""]
+        lines += ["", *SIM_NOTES, "", *goal_lines(sim["rows"]), ""]
     if "host" in out:
         host = out["host"]
         hog = host["hog"]

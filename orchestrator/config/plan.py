@@ -264,7 +264,7 @@ class InterferenceLimit(Strict):
 
     A trial over the limit is retried (up to `retry.max_attempts`, with the settle gate before each
     attempt) and, if its last attempt is still over, kept in the journal but excluded from verdicts, the
-    audit and rank. Devices that cannot read it (phones, sims, SSH hosts) are not checked.
+    audit and rank. Devices that cannot read it (phones, sims) are not checked.
     """
 
     max_other_cpu_share: float = Field(
