@@ -123,7 +123,7 @@ def _execute(run_dir: RunDir, results: Path, accept_change: bool = False) -> Non
     _summary(outcome)
     if not outcome.completed:
         err.print("run incomplete: some sessions stopped early (see 'session' above); "
-                  f"fix the devices and run: orch run --resume {run_dir.run_id}")
+                  f"once what stopped them is fixed or gone, run: orch run --resume {run_dir.run_id}")
         raise typer.Exit(1)
 
 

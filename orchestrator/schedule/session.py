@@ -74,6 +74,7 @@ class Session:
     tuning: dict[str, str] = field(default_factory=dict)  # arm -> its tuning table as the device names it
     pool: ClassPool | None = None  # the class this device answers with (pool_by), when pooled
     accept_change: bool = False  # resume on a device that now says it is another model, chip, OS or harness
+    _held: str = ""  # what the settle gate still waited for when it gave up
 
     async def run(self) -> StopReason:
         try:
@@ -132,7 +133,7 @@ class Session:
                 return "decided", self.pool.decided
             outcome = await self._trial(trial, gate)
             if isinstance(outcome, str):
-                return outcome, f"before {trial.trial_id}"
+                return outcome, f"before {trial.trial_id}" + (f" ({self._held})" if self._held else "")
             failures_in_row = failures_in_row + 1 if outcome.failure else 0
             if failures_in_row >= self.plan.retry.max_consecutive_failures:
                 last = outcome.failure
@@ -162,6 +163,7 @@ class Session:
             settle = await gate.wait(self.device, rested=rest is not None)
             if not settle.settled:
                 self.observe(self.schedule.device, settle)
+                self._held = f"the settle gate still held after {settle.waited_s:.0f} s: {'; '.join(settle.blocking)}"
                 return "device_unavailable" if settle.unavailable else "settle_timeout"
             cpu_before = await self._cpu()
             t0, wall = self.clock.now(), self.clock.wall()
