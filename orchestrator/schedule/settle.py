@@ -119,7 +119,7 @@ class SettleGate:
                                      probes=probes, waited_s=round(waited, 3))
             self.waiting(f"throttle probe {slowdown:.0%} slower than the session's baseline "
                          f"(limit {policy.max_slowdown:.0%}): resting {policy.wait_s:.0f} s")
-            await self._cool(device, policy.wait_s, max(policy.wait_s, policy.max_wait_s - waited - policy.wait_s),
+            await self._cool(device, policy.wait_s, max(policy.wait_s, policy.max_wait_s - waited),
                              "throttle probe slow")
 
     async def after_trial(self, device: Device) -> ThrottleCheck | None:
