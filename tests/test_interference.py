@@ -283,6 +283,7 @@ def test_without_a_terminal_the_run_says_what_it_waits_for_and_what_it_kept_out_
     quiet = "waiting for quiet: other processes took 50% of the CPU (limit 10%; [/x] (pid 7)), {} /15 s"
     with live:
         live.observe("d", SettleWaiting(why="min gap: 3 s to go"))  # every trial's: the bar's, not a line
+        live.observe("d", SettleWaiting(why="throttle probe 12% slower than the session's baseline (limit 10%)"))
         live.observe("d", SettleWaiting(why=quiet.format(1)))
         live.observe("d", SettleWaiting(why=quiet.format(2)))  # the same wait again: said once
         for r in records:
@@ -290,8 +291,10 @@ def test_without_a_terminal_the_run_says_what_it_waits_for_and_what_it_kept_out_
                 live.observe("d", r)
         live.observe("d", SettleWaiting(why=quiet.format(3)))  # the next trial's wait is said again
     lines = out.getvalue().splitlines()
-    assert lines[0] == "d: " + quiet.format(1).replace("waiting for", "waiting: waiting for"), lines
+    assert lines[0] == "d: waiting: throttle probe 12% slower than the session's baseline (limit 10%)", lines
+    lines = lines[1:]
+    assert lines[0] == "d: " + quiet.format(1), lines
     assert [line.split(":")[1].strip().split(" ")[0] for line in lines[1:3]] == ["retrying", "retrying"]
     assert "(attempt 1): interference: other processes took 50% of the CPU" in lines[1]
     assert lines[3].startswith("d: d-0000 (base) kept but excluded: interference: other processes took 50%")
-    assert lines[4] == "d: " + quiet.format(3).replace("waiting for", "waiting: waiting for") and len(lines) == 5
+    assert lines[4] == "d: " + quiet.format(3) and len(lines) == 5

@@ -95,7 +95,8 @@ class LiveProgress:
         if isinstance(record, SettleWaiting):
             kind = record.why.split(":")[0]
             if kind != self.said.get(device) and not kind.startswith(ROUTINE_WAITS):
-                self.said[device], line = kind, f"waiting: {record.why}"
+                self.said[device] = kind
+                line = record.why if record.why.startswith("waiting") else f"waiting: {record.why}"
         elif isinstance(record, AttemptSpoiled):
             line = f"retrying {record.trial_id} (attempt {record.attempt}): {record.why}"
         elif isinstance(record, TrialRecord):
