@@ -90,7 +90,7 @@ class LiveProgress:
 
     def _plain(self, device: str, record: BaseModel) -> None:
         """Without a terminal (a log, CI) there is no live bar: what a person must know, one line each: a
-        wait out of the ordinary (once per kind and trial), a retried attempt, an excluded trial, a stop."""
+        wait out of the ordinary (once per kind and attempt), a retried attempt, an excluded trial, a stop."""
         line = None
         if isinstance(record, SettleWaiting):
             kind = record.why.split(":")[0]
@@ -98,6 +98,7 @@ class LiveProgress:
                 self.said[device] = kind
                 line = record.why if record.why.startswith("waiting") else f"waiting: {record.why}"
         elif isinstance(record, AttemptSpoiled):
+            self.said.pop(device, None)  # the next attempt's waits are news again
             line = f"retrying {record.trial_id} (attempt {record.attempt}): {record.why}"
         elif isinstance(record, TrialRecord):
             self.said.pop(device, None)
