@@ -284,6 +284,7 @@ def test_without_a_terminal_the_run_says_what_it_waits_for_and_what_it_kept_out_
     with live:
         live.observe("d", SettleWaiting(why="min gap: 3 s to go"))  # every trial's: the bar's, not a line
         live.observe("d", SettleWaiting(why="throttle probe 12% slower than the session's baseline (limit 10%)"))
+        live.observe("d", SettleWaiting(why="throttle probe 9.5% slower than the session's baseline (limit 10%)"))
         live.observe("d", SettleWaiting(why=quiet.format(1)))
         live.observe("d", SettleWaiting(why=quiet.format(2)))  # the same wait again: said once
         for r in records:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter
 from typing import Any
 
@@ -93,7 +94,7 @@ class LiveProgress:
         wait out of the ordinary (once per kind and attempt), a retried attempt, an excluded trial, a stop."""
         line = None
         if isinstance(record, SettleWaiting):
-            kind = record.why.split(":")[0]
+            kind = re.sub(r"[\d.]+", "#", record.why.split(":")[0])  # the same wait, whatever its figures
             if kind != self.said.get(device) and not kind.startswith(ROUTINE_WAITS):
                 self.said[device] = kind
                 line = record.why if record.why.startswith("waiting") else f"waiting: {record.why}"

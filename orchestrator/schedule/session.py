@@ -239,15 +239,15 @@ class Session:
                   hot: ThrottleCheck | None = None, rested: bool = False) -> str | None:
         """Why a finished trial's number cannot be trusted, or None. One that ran throttled although it started
         from a rest throttles itself: that is its arm's own behaviour, kept."""
-        if throttle is not None and throttle.slow:
-            return (f"throttled: the throttle probe ran {throttle.slowdown:.0%} slower than the session's baseline "
-                    f"after {throttle.waited_s:.0f} s of waiting")
+        # interference first: a probe slowed by other work is not heat, and a spoiled trial is retried
         limit = self.plan.interference
         if limit is not None and interference is not None and interference.share > limit.max_other_cpu_share:
             who = f"; {interference.top[0]}" if interference.top else ""
             return (f"interference: other processes took {interference.share:.0%} of the CPU during the trial "
                     f"(limit {limit.max_other_cpu_share:.0%}){who}")
-        # after the interference check: a probe slowed by other work is not heat
+        if throttle is not None and throttle.slow:
+            return (f"throttled: the throttle probe ran {throttle.slowdown:.0%} slower than the session's baseline "
+                    f"after {throttle.waited_s:.0f} s of waiting")
         if hot is not None and hot.slow and not rested:
             return (f"throttled during the trial: the throttle probe right after it ran {hot.slowdown:.0%} slower "
                     "than the session's baseline")
