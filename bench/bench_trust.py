@@ -294,7 +294,7 @@ def markdown(out: dict[str, Any]) -> list[str]:
                   f"idle without noise (and, beside it, {margin:g} C over idle: how far from idle the rest may end). "
                   "Bias: the estimated ratio / the truth at idle - 1 over the phones.", "",
                   "| throttles from | truth at idle (+margin) | settle gate | bias (median / mean) | faster | slower "
-                  "| equivalent | inconclusive | excluded trials | launches retried | counted from rest (light/heavy) "
+                  "| equivalent | inconclusive | excluded trials | launches retried | trials counted from rest, all phones (light/heavy) "
                   "| device h per phone |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in sim["rows"]:
             rest = r["from_rest"]
