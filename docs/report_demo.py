@@ -21,6 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from orchestrator.config.candidates import load_ceilings  # noqa: E402
+from orchestrator.derive import derive  # noqa: E402
 from orchestrator.night import run_night  # noqa: E402
 from orchestrator.report.html import render  # noqa: E402
 from orchestrator.results.store import RunDir  # noqa: E402
@@ -68,7 +69,8 @@ def main() -> None:
         status = ", ".join(f"{r['device']} {r['status']}" for r in outcome.summary.tonight.to_dict("records"))
         print(f"night {night}: {status}")
     run = RunDir(results / outcome.run_ids[-1])
-    html, _ = render(run, tmp / "report", load_ceilings(ROOT / "configs" / "ceilings.yaml"), results / "history")
+    derived = derive(run, load_ceilings(ROOT / "configs" / "ceilings.yaml"))
+    html, _ = render(derived, tmp / "report", results / "history")
     shot = ROOT / "docs" / "report-screenshot.png"
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if chromium is None:

@@ -17,13 +17,14 @@ import pandas as pd
 import typer
 from rich.table import Table
 
-from orchestrator.cli_common import Results, bad_input, err, out
+from orchestrator.cli_common import DEFAULT_CEILINGS, Results, bad_input, err, out
+from orchestrator.config.candidates import CeilingTable
 from orchestrator.config.loader import ConfigError
+from orchestrator.derive import RunOutcome
 from orchestrator.report.console import frame_table
 from orchestrator.results.store import RunDir, RunNotFound, find_run
 
 Ceilings = Annotated[Path, typer.Option("--ceilings", help="Bandwidth ceilings per chip class")]
-DEFAULT_CEILINGS = Path("configs/ceilings.yaml")
 
 
 class Format(StrEnum):
@@ -61,13 +62,25 @@ def _run(results: Path, run: str) -> RunDir:
         bad_input(str(exc))
 
 
-def _finished(run: RunDir) -> pd.DataFrame:
-    from orchestrator.results.store import load_trials
+def _derived(run: RunDir, ceilings: CeilingTable | None = None) -> RunOutcome:
+    """The run's tables as derive wrote them (derived first where the journal changed since); refused when
+    no trial finished."""
+    from orchestrator.derive import derive
 
-    trials = load_trials(run.path)
-    if not (trials["status"] == "ok").any():
+    outcome = derive(run, ceilings)
+    trials = outcome.trials
+    if not len(trials) or not (trials["status"] == "ok").any():
         bad_input(f"run {run.run_id} has no finished trials ({len(trials)} failed): nothing to analyse")
-    return trials
+    return outcome
+
+
+def _ceilings(path: Path) -> CeilingTable:
+    from orchestrator.config.candidates import load_ceilings
+
+    try:
+        return load_ceilings(path)
+    except ConfigError as exc:
+        bad_input(str(exc))
 
 
 def _emit(frame: pd.DataFrame, fmt: Format, dest: Path | None, table: Table) -> None:
@@ -92,17 +105,12 @@ def audit_cmd(
     as_json: AsJson = False,
 ) -> None:
     """Effective GB/s vs the bandwidth ceiling per device and arm; the prefill view by chunk width."""
-    from orchestrator.analysis.audit import RULE, audit, prefill_view
-    from orchestrator.config.candidates import load_ceilings
+    from orchestrator.analysis.audit import RULE
     from orchestrator.results.store import excluded_words
 
     run_dir = _run(results, run)
-    try:
-        table = load_ceilings(ceilings)
-    except ConfigError as exc:
-        bad_input(str(exc))
-    trials, manifest = _finished(run_dir), run_dir.manifest()
-    frame = audit(trials, manifest, table, seed=manifest.seed)
+    outcome = _derived(run_dir, _ceilings(ceilings))
+    trials, manifest, frame = outcome.trials, outcome.manifest, outcome.audit
     if as_json:
         _document("audit", dest, run_id=run_dir.run_id, rows=records(frame))
         return
@@ -127,7 +135,7 @@ def audit_cmd(
               "ceiling_tok_s = decode tok/s at the ceiling. Ceilings: "
               + "; ".join(f"{c}: {s}" for c, s in sorted(set(zip(frame["chip_class"], frame["ceiling_source"],
                                                                   strict=True)))), highlight=False)
-    pre = prefill_view(trials, manifest, table)
+    pre = outcome.prefill
     if len(pre):
         pre = pre.assign(mb=pre["bytes_per_prefill_token"] / 1e6)
         out.print(frame_table("Prefill: weights read once per M tokens (bound = ceiling x M / weight bytes)", pre, {
@@ -158,8 +166,8 @@ def rank_cmd(
         bad_input(str(exc))
     frames = [empty_observations()]
     for r in runs or []:
-        run_dir = _run(results, r)
-        frames.append(observations(_finished(run_dir), run_dir.manifest()))
+        outcome = _derived(_run(results, r))
+        frames.append(observations(outcome.trials, outcome.manifest))
     if history is not None and not (history / "trials").is_dir():
         bad_input(f"no nightly history under {history} (expected {history}/trials/night=*/)")
     obs = pd.concat([f for f in frames if len(f)], ignore_index=True) if any(len(f) for f in frames) else frames[0]
@@ -277,9 +285,9 @@ def export_tuning_cmd(
     from orchestrator.analysis import tuning
 
     run_dir = _run(results, run)
-    trials = _finished(run_dir)
+    outcome = _derived(run_dir)
     try:
-        evidence = tuning.choose(trials, run_dir.manifest())
+        evidence = tuning.choose(outcome.trials, outcome.manifest)
     except tuning.TuningInputError as exc:
         bad_input(str(exc))
     paths = tuning.write(evidence, dest)
@@ -299,21 +307,16 @@ def report_cmd(
     history: Annotated[Path | None, typer.Option(help="Nightly history (default RESULTS/history if present)")] = None,
 ) -> None:
     """One self-contained HTML report (charts embedded, opens offline) plus markdown; failures included."""
-    from orchestrator.config.candidates import load_ceilings
+    from orchestrator.derive import derive
     from orchestrator.report.html import render
 
     run_dir = _run(results, run)
-    try:
-        table = load_ceilings(ceilings) if ceilings.exists() else None
-    except ConfigError as exc:
-        bad_input(str(exc))
+    table = _ceilings(ceilings) if ceilings.exists() else None
     if not run_dir.journal_path.exists():
         bad_input(f"run {run_dir.run_id} has no journal yet: nothing to report")
-    from orchestrator import core
-
-    core.derive(run_dir)  # once per journal state (written where the run can be locked); the report reads them
+    outcome = derive(run_dir, table)  # read back where derive wrote it for this journal; derived once where not
     hist = history if history is not None else results / "history"
-    for path in render(run_dir, dest or run_dir.path / "report", table, hist if hist.is_dir() else None):
+    for path in render(outcome, dest or run_dir.path / "report", hist if hist.is_dir() else None):
         out.print(f"wrote {path}", highlight=False)
 
 
@@ -324,17 +327,13 @@ def publish_cmd(
     ceilings: Ceilings = DEFAULT_CEILINGS,
 ) -> None:
     """A static site of every run and the nightly history: open SITE/index.html (offline, file:// or a server)."""
-    from orchestrator.config.candidates import load_ceilings
     from orchestrator.report.site import publish
 
     if not results.is_dir():
         bad_input(f"no results folder {results} (orch run and orch nightly write there; --results DIR)")
     if history is not None and not history.is_dir():
         bad_input(f"no nightly history under {history} (expected {history}/nights/night=*/)")
-    try:
-        table = load_ceilings(ceilings) if ceilings.exists() else None
-    except ConfigError as exc:
-        bad_input(str(exc))
+    table = _ceilings(ceilings) if ceilings.exists() else None
     hist = history if history is not None else results / "history"
     outcome = publish(results, hist if hist.is_dir() else None, dest, table)
     for run_id in outcome.skipped_runs:

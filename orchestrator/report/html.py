@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from orchestrator.analysis.audit import RULE
-from orchestrator.config.candidates import CeilingTable
+from orchestrator.derive import RunOutcome
 from orchestrator.report.markdown import (
     AUDIT_COLS,
     EXCLUDED_COLS,
@@ -28,7 +28,6 @@ from orchestrator.report.markdown import (
     to_markdown,
     verdict_frame,
 )
-from orchestrator.results.store import RunDir
 
 CSS = """
 body { font: 14px/1.45 -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; color: #222; margin: 24px auto;
@@ -111,9 +110,9 @@ def to_html(report: Report) -> str:
             f"</title><style>{CSS}</style></head><body>\n{body}\n</body></html>\n")
 
 
-def render(run: RunDir, out_dir: Path, ceilings: CeilingTable | None, history: Path | None = None) -> list[Path]:
+def render(outcome: RunOutcome, out_dir: Path, history: Path | None = None) -> list[Path]:
     """Write report.html (self-contained) and report.md (+ figures/*.png) into out_dir."""
-    report = collect(run, ceilings, history)
+    report = collect(outcome, history)
     out_dir.mkdir(parents=True, exist_ok=True)
     figures = out_dir / "figures"
     figures.mkdir(exist_ok=True)

@@ -1,4 +1,5 @@
-"""Run directories: `results/<run_id>/{manifest.json, journal.jsonl, trials.parquet, verdicts.csv}`.
+"""Run directories: `results/<run_id>/{manifest.json, journal.jsonl, derived.json}` and the tables derive writes
+(TABLES: trials.parquet, verdicts.csv, sessions.csv, ...).
 
 A run id is a name under the results folder, never a path. One process writes a run at a time: it
 holds an exclusive lock on `run.lock` for the run's life (the OS releases it when the process dies).
@@ -55,6 +56,23 @@ class RunNotWritable(Exception):
     """The run's folder cannot be written (read-only, not ours): it can be read, not run."""
 
 
+# Every table derive writes into a run's folder, by name. The first three are always written; the rest
+# where there is something to write (pooled classes, real trials to gate, a ceilings table to audit against).
+TABLES = {"trials": "trials.parquet", "verdicts": "verdicts.csv", "sessions": "sessions.csv",
+          "class_verdicts": "class_verdicts.csv", "token_gates": "token_gates.csv", "audit": "audit.csv",
+          "prefill": "prefill.csv"}
+ALWAYS = ("trials", "verdicts", "sessions")
+
+
+@dataclass(frozen=True)
+class Derived:
+    """What the last derive wrote for the journal as it is now: every table of TABLES by name, and the
+    digest of the ceilings table its audit was read against (None: no audit)."""
+
+    tables: dict[str, pd.DataFrame]
+    ceilings_sha256: str | None
+
+
 RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")  # a name, never a path: no `/`, `..`, leading `.` or `-`
 
 
@@ -74,21 +92,25 @@ class RunDir:
     def journal_path(self) -> Path:
         return self.path / "journal.jsonl"
 
+    def table_path(self, name: str) -> Path:
+        """Where derive writes the table `name` (one of TABLES)."""
+        return self.path / TABLES[name]
+
     @property
     def trials_path(self) -> Path:
-        return self.path / "trials.parquet"
+        return self.table_path("trials")
 
     @property
     def verdicts_path(self) -> Path:
-        return self.path / "verdicts.csv"
+        return self.table_path("verdicts")
 
     @property
     def gates_path(self) -> Path:
-        return self.path / "token_gates.csv"
+        return self.table_path("token_gates")
 
     @property
-    def device_time_path(self) -> Path:
-        return self.path / "device_time.csv"
+    def sessions_path(self) -> Path:
+        return self.table_path("sessions")
 
     @property
     def stamp_path(self) -> Path:
@@ -104,20 +126,28 @@ class RunDir:
                 n += len(chunk)
         return {"journal_bytes": n, "journal_sha256": h.hexdigest()}
 
-    def stamp(self, made_from: dict[str, Any], tables: list[Path]) -> None:
-        """Say which tables `derive` wrote from the journal as `made_from` describes it (written last)."""
-        write_atomic(self.stamp_path, json.dumps({**made_from, "tables": sorted(p.name for p in tables)},
-                                                 indent=1).encode())
+    def stamp(self, made_from: dict[str, Any], tables: list[Path], ceilings_sha256: str | None = None) -> None:
+        """Say which tables `derive` wrote from the journal as `made_from` describes it, and against which
+        ceilings table the audit was read (written last)."""
+        write_atomic(self.stamp_path, json.dumps({**made_from, "tables": sorted(p.name for p in tables),
+                                                  "ceilings_sha256": ceilings_sha256}, indent=1).encode())
 
-    def current(self, now: dict[str, Any] | None = None) -> set[str]:
-        """The tables the last derive wrote from the journal as it is now (`now`: its journal_stamp, when
-        the caller has it); none when the journal has changed since."""
+    def _current_stamp(self, now: dict[str, Any] | None = None) -> dict[str, Any] | None:
+        """The stamp of the last derive, when it was made from the journal as it is now."""
         try:
             stamp = json.loads(self.stamp_path.read_bytes())
             now = now if now is not None else self.journal_stamp()
         except (OSError, ValueError):
-            return set()
+            return None
         if not isinstance(stamp, dict) or any(stamp.get(k) != v for k, v in now.items()):
+            return None
+        return stamp
+
+    def current(self, now: dict[str, Any] | None = None) -> set[str]:
+        """The tables the last derive wrote from the journal as it is now (`now`: its journal_stamp, when
+        the caller has it); none when the journal has changed since."""
+        stamp = self._current_stamp(now)
+        if stamp is None:
             return set()
         return {name for name in stamp.get("tables", []) if (self.path / name).exists()}
 
@@ -125,20 +155,21 @@ class RunDir:
         """A table derived from the journal is current: the last derive wrote it from the journal as it is now."""
         return derived.name in self.current()
 
-    def derived(self, now: dict[str, Any] | None = None) -> dict[str, pd.DataFrame] | None:
-        """The tables the last derive wrote, when they are current (None: derive again): trials,
-        verdicts, device_time, and class_verdicts and token_gates where it wrote them (else empty)."""
-        current = self.current(now)  # the journal is hashed once for all of them
-        if not {p.name for p in (self.trials_path, self.verdicts_path, self.device_time_path)} <= current:
+    def derived(self, now: dict[str, Any] | None = None) -> Derived | None:
+        """The tables the last derive wrote, when they are current (None: derive again). Every name of
+        TABLES is there; one derive did not write (no pooled classes, no real trials, no ceilings) is empty."""
+        stamp = self._current_stamp(now)  # the journal is hashed once for all of them
+        if stamp is None:
+            return None
+        current = {name for name in stamp.get("tables", []) if (self.path / name).exists()}
+        if not {TABLES[t] for t in ALWAYS} <= current:
             return None
         try:
-            out = {"trials": pd.read_parquet(self.trials_path), "verdicts": pd.read_csv(self.verdicts_path),
-                   "device_time": pd.read_csv(self.device_time_path)}
-            for name, path in (("class_verdicts", self.path / "class_verdicts.csv"), ("token_gates", self.gates_path)):
-                out[name] = pd.read_csv(path) if path.name in current else pd.DataFrame()
+            tables = {name: (pd.read_parquet if file.endswith(".parquet") else pd.read_csv)(self.path / file)
+                      if file in current else pd.DataFrame() for name, file in TABLES.items()}
         except (OSError, ValueError):
             return None
-        return out
+        return Derived(tables, stamp.get("ceilings_sha256"))
 
     @property
     def lock_path(self) -> Path:
@@ -373,6 +404,15 @@ def excluded_words(trials: pd.DataFrame) -> str | None:
            if kind in kinds]
     return (f"{total} finished trial{'s' if total != 1 else ''} excluded from verdicts, the audit and rank ({per}): "
             + "; ".join(why or ["see the trials' `excluded` column"]))
+
+
+def finished_by_device(records: list[Record]) -> dict[str, int]:
+    """How many trials each device has finished (ok or failed) in the journal so far."""
+    done: dict[str, int] = {}
+    for r in records:
+        if isinstance(r, TrialRecord):
+            done[r.device] = done.get(r.device, 0) + 1
+    return done
 
 
 def stops(records: list[Record]) -> dict[str, SessionStopped]:
