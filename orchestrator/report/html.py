@@ -14,7 +14,7 @@ from orchestrator.report.markdown import (
     AUDIT_COLS,
     EXCLUDED_COLS,
     FAIL_COLS,
-    GATE_COLS,
+    FIRST_ARM_GATE_COLS,
     REF_GATE_COLS,
     SESSION_COLS,
     VERDICT_COLS,
@@ -93,7 +93,7 @@ def to_html(report: Report) -> str:
         h += ["<h3>Prefill: weights read once per M tokens</h3>", _table(pre, {
             "device": ("device", ""), "chunk_width": ("M", "d"), "mb": ("MB per prefill token", ".1f"),
             "bound_tok_s": ("bandwidth bound tok/s", ".0f"), "regime": ("regime", "")})]
-    h += ["<h2>Token gates</h2>", _table(report.gates, GATE_COLS)]
+    h += ["<h2>Token gates</h2>", _table(report.first_arm_gates, FIRST_ARM_GATE_COLS)]
     if report.reference_gates is not None:
         h += ["<h3>Against the numpy reference decoder (decode and prefill apart)</h3>",
               _table(report.reference_gates, REF_GATE_COLS)]

@@ -415,7 +415,7 @@ def finished_by_device(records: list[Record]) -> dict[str, int]:
     return done
 
 
-def stops(records: list[Record]) -> dict[str, SessionStopped]:
+def stop_records(records: list[Record]) -> dict[str, SessionStopped]:
     """The last stop record of each device."""
     return {r.device: r for r in records if isinstance(r, SessionStopped)}
 

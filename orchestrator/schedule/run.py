@@ -85,7 +85,7 @@ async def run_sessions(
         session = Session(
             run_id=manifest.run_id, plan=manifest.plan, schedule=manifest.session(device_id), device=device,
             clock=clock, journal=journal, state=states[device_id],
-            artifacts=(artifacts or {}).get(device_id, Artifacts()), observe=observe, seed=manifest.seed,
+            artifacts=(artifacts or {}).get(device_id, Artifacts()), observe=observe, look_seed=manifest.seed,
             pool=pools.get(device_id), accept_change=accept_change,
         )
         try:

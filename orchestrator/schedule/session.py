@@ -68,7 +68,7 @@ class Session:
     state: SessionState = field(default_factory=SessionState)
     artifacts: Artifacts = field(default_factory=Artifacts)
     observe: Observer = lambda device, record: None
-    seed: int = 0
+    look_seed: int = 0  # the run's seed (manifest.seed): the looks' resampling; prompts come from plan.seed
     model: str | None = None  # the model as this device's programs name it, once prepare has placed it
     tuning: dict[str, str] = field(default_factory=dict)  # arm -> its tuning table as the device names it
     pool: ClassPool | None = None  # the class this device answers with (pool_by), when pooled
@@ -280,7 +280,8 @@ class Session:
         if index is None:
             return None
         samples = {a: ArmSample.of(a, self.state.values.get(a, [])) for a in arms}
-        taken = take_look(samples, self.plan.pairs(), rule, index, cap=self.plan.launches_per_arm(), seed=self.seed)
+        taken = take_look(samples, self.plan.pairs(), rule, index, cap=self.plan.launches_per_arm(),
+                          seed=self.look_seed)
         self.state.looks_done = index + 1
         self._emit(LookRecord(
             device=self.schedule.device, look=index, n_per_arm=taken.n_per_arm, action=taken.action,
