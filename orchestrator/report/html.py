@@ -20,6 +20,7 @@ from orchestrator.report.markdown import (
     VERDICT_COLS,
     Report,
     _f,
+    arms_text,
     collect,
     headline,
     rule_text,
@@ -71,7 +72,8 @@ def _img(report: Report, name: str, alt: str) -> str:
 
 
 def to_html(report: Report) -> str:
-    h = [f"<h1>{html.escape(title(report))}</h1>", f'<p class="rule">{html.escape(rule_text(report))}</p>']
+    h = [f"<h1>{html.escape(title(report))}</h1>", f'<p class="rule">{html.escape(rule_text(report))}</p>',
+         f'<p class="rule">{html.escape(arms_text(report))}</p>']
     lines = headline(report) or ["no verdicts: no finished trials"]
     h.append('<div class="headline">' + "<br>".join(
         html.escape(x).replace("**", "") for x in lines) + "</div>")

@@ -21,6 +21,7 @@ from orchestrator.derive import RunOutcome
 from orchestrator.report import plots
 from orchestrator.results.records import Manifest, TrialRecord
 from orchestrator.results.store import RunDir
+from orchestrator.runtimes import catalog
 
 
 @dataclass
@@ -224,9 +225,19 @@ def rule_text(report: Report) -> str:
             f"{report.manifest.plan.order.upper()} x {report.manifest.plan.blocks} blocks.")
 
 
+def arms_text(report: Report) -> str:
+    """Each arm with what its runtime is (the runtime catalog's label)."""
+    def label(runtime: str) -> str:
+        entry = catalog.get(runtime)
+        return f"{runtime}: {entry.label}" if entry is not None else runtime
+
+    return "Arms: " + "; ".join(f"{a.name} ({label(a.runtime)}{', build ' + a.build if a.build else ''})"
+                                for a in report.manifest.plan.arms) + "."
+
+
 def to_markdown(report: Report, image: Callable[[str], str]) -> str:
     """`image(name)` gives the link for a figure (a file beside the markdown)."""
-    parts = [f"# {md_text(title(report))}", "", rule_text(report), ""]
+    parts = [f"# {md_text(title(report))}", "", rule_text(report), "", md_text(arms_text(report)), ""]
     parts += [f"- {line}" for line in headline(report)] or ["- no verdicts: no finished trials"]
     parts += ["", "## Verdicts", "", md_table(verdict_frame(report), VERDICT_COLS), "",
               "## Sessions", "", md_table(sessions_frame(report), SESSION_COLS), ""]
