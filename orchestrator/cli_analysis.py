@@ -135,7 +135,7 @@ def rank_cmd(
     """Re-rank the candidate table with measured runs: measured vs expected, audit headroom, gates."""
     from orchestrator.analysis.rank import empty_observations, observations, rank, rank_summary, summarize_history
     from orchestrator.config.candidates import load_candidates, load_ceilings
-    from orchestrator.results.store import excluded_words
+    from orchestrator.results.trials import excluded_words
 
     try:
         table, ceil = load_candidates(candidates), load_ceilings(ceilings)

@@ -29,12 +29,10 @@ from orchestrator.results.store import (
     RunLocked,
     RunNotWritable,
     read_registry,
-    stop_records,
-    trial_rows,
-    usable,
     write_atomic,
     write_registry,
 )
+from orchestrator.results.trials import stop_records, trial_rows, usable
 from orchestrator.runtimes.gater import Gater
 from orchestrator.schedule import resume_state
 from orchestrator.schedule.pool import fleet_chips

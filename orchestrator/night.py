@@ -40,7 +40,8 @@ from orchestrator.results.history_store import (
     check_night,
     compact_night,
 )
-from orchestrator.results.store import RunDir, find_run, stop_records, write_atomic
+from orchestrator.results.store import RunDir, find_run, write_atomic
+from orchestrator.results.trials import stop_records
 
 __all__ = ["NightlyOutcome", "resume_command", "run_night", "summarize", "write_reports"]
 

@@ -14,7 +14,7 @@ from rich.text import Text
 
 from orchestrator.analysis.audit import RULE
 from orchestrator.report.console import frame_table
-from orchestrator.results.store import excluded_words
+from orchestrator.results.trials import excluded_words
 
 
 def audit_view(run_id: str, model: str, trials: pd.DataFrame, audit: pd.DataFrame,

@@ -20,8 +20,8 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from orchestrator.config.fleet import Fleet
 from orchestrator.config.plan import Plan
-from orchestrator.protocol.device import DeviceInfo, Interference, Placed, StreamProbe, Telemetry, TrialFailure
 from orchestrator.protocol import TrialResult
+from orchestrator.protocol.device import DeviceInfo, Interference, Placed, StreamProbe, Telemetry, TrialFailure
 
 SCHEMA_VERSION: Literal[1] = 1
 
