@@ -30,7 +30,7 @@ from orchestrator.results.records import (
     LookRecord,
     Manifest,
     PreparedRecord,
-    ProbeRecord,
+    StreamProbeRecord,
     Record,
     SessionStopped,
     TrialRecord,
@@ -224,7 +224,7 @@ def _belongs(manifest: Manifest) -> Any:
     seen: set[tuple[str, str]] = set()
 
     def check(rec: Record) -> str | None:
-        device_records = (PreparedRecord | ProbeRecord | AttemptFailed | AttemptSpoiled | TrialRecord | LookRecord
+        device_records = (PreparedRecord | StreamProbeRecord | AttemptFailed | AttemptSpoiled | TrialRecord | LookRecord
                           | SessionStopped)
         if not isinstance(rec, device_records):
             return None

@@ -15,7 +15,7 @@ from orchestrator.results.records import (
     AttemptFailed,
     AttemptSpoiled,
     Manifest,
-    ProbeRecord,
+    StreamProbeRecord,
     Record,
     SessionStopped,
     TrialRecord,
@@ -27,7 +27,7 @@ from orchestrator.results.store import RunDir
 def trial_rows(manifest: Manifest, records: list[Record]) -> pd.DataFrame:
     """One row per final trial record: the flat table analysis and reports work on."""
     arms = {a.name: a for a in manifest.plan.arms}
-    probes = {r.device: r.probe.gb_s for r in records if isinstance(r, ProbeRecord)}
+    probes = {r.device: r.probe.gb_s for r in records if isinstance(r, StreamProbeRecord)}
     chips = device_chips(manifest, records)
     retried: dict[tuple[str, str], float] = {}  # failed attempts before the final one: settle + launch
     for r in records:

@@ -23,13 +23,13 @@ from orchestrator.results.records import (
     LookPair,
     LookRecord,
     PreparedRecord,
-    ProbeRecord,
     PushProgress,
     ScheduledTrial,
     SessionPlan,
     SessionStopped,
     SettleWaiting,
     StopReason,
+    StreamProbeRecord,
     ThrottleCheck,
     TrialRecord,
 )
@@ -117,7 +117,7 @@ class Session:
             wall=self.clock.wall())
         self._emit(self.state.prepared)
         if self.plan.probe and not self.state.probed:
-            await self._probe()
+            await self._stream_probe()
         gate = SettleGate(self.plan.settle, self.clock, lambda why: self.observe(self.schedule.device,
                                                                                   SettleWaiting(why=why)),
                           self.plan.interference)
@@ -235,15 +235,15 @@ class Session:
                     f"(limit {limit.max_other_cpu_share:.0%}){who}")
         return None
 
-    async def _probe(self) -> None:
+    async def _stream_probe(self) -> None:
         """The ceiling for the audit, once per session; a device that cannot probe just has none."""
         try:
-            measured = await self.device.probe()
+            measured = await self.device.stream_probe()
         except Exception:  # no ceiling from this device: the audit falls back to ceilings.yaml
             measured = None
         self.state.probed = True
         if measured is not None:
-            self._emit(ProbeRecord(device=self.schedule.device, probe=measured, wall=self.clock.wall()))
+            self._emit(StreamProbeRecord(device=self.schedule.device, probe=measured, wall=self.clock.wall()))
 
     def _pushing(self, name: str, sent: int, total: int) -> None:
         self.observe(self.schedule.device, PushProgress(name=name, sent=sent, total=total))

@@ -232,14 +232,14 @@ class IphoneDevice(Device):
 
     async def _thermal_now(self) -> tuple[ThermalState | None, bool | None]:
         if self.cfg.thermal_probe:
-            probe = await self._probe()
+            probe = await self._thermal_probe()
             if probe is not None:
                 return probe.thermal_state, probe.low_power
         if self._thermal is not None and self.clock.now() - self._thermal[0] <= self.cfg.thermal_max_age_s:
             return self._thermal[1], None
         return None, None
 
-    async def _probe(self) -> ThermalProbe | None:
+    async def _thermal_probe(self) -> ThermalProbe | None:
         """A short ``--probe thermal`` launch; None when it cannot be read (named in unavailable)."""
         self._probes += 1
         token = f"probe-{self._probes:06d}"
