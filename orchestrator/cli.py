@@ -39,17 +39,8 @@ from orchestrator.report.console import (
 )
 from orchestrator.results.journal import JournalWriteError
 from orchestrator.results.records import EARLY_STOPS
-from orchestrator.results.store import (
-    TABLES,
-    RunDir,
-    RunLocked,
-    RunNotFound,
-    RunNotWritable,
-    RunUnreadable,
-    excluded_words,
-    find_run,
-    finished_by_device,
-)
+from orchestrator.results.store import TABLES, RunDir, RunLocked, RunNotFound, RunNotWritable, RunUnreadable, find_run
+from orchestrator.results.trials import excluded_words, finished_by_device
 
 BAD_INPUT = (ConfigError, RunNotFound, RunUnreadable)
 REFUSED = (RunLocked, RunNotWritable, JournalWriteError, OSError)

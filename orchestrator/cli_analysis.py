@@ -16,6 +16,7 @@ from typing import Annotated, Any
 import pandas as pd
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from orchestrator.cli_common import DEFAULT_CEILINGS, Results, bad_input, err, out
 from orchestrator.config.candidates import CeilingTable
@@ -105,8 +106,7 @@ def audit_cmd(
     as_json: AsJson = False,
 ) -> None:
     """Effective GB/s vs the bandwidth ceiling per device and arm; the prefill view by chunk width."""
-    from orchestrator.analysis.audit import RULE
-    from orchestrator.results.store import excluded_words
+    from orchestrator.report.console_analysis import audit_view
 
     run_dir = _run(results, run)
     outcome = _derived(run_dir, _ceilings(ceilings))
@@ -117,31 +117,8 @@ def audit_cmd(
     if fmt is not Format.table:
         _emit(frame, fmt, dest, Table())
         return
-    out.print(f"[bold]Audit[/] of {run_dir.run_id} ({manifest.plan.model}): {RULE}", highlight=False)
-    view = frame.assign(
-        tok=[f"{r:.1f} [{lo:.1f}, {hi:.1f}]" for r, lo, hi in
-             zip(frame["decode_tok_s"], frame["decode_ci_low"], frame["decode_ci_high"], strict=True)],
-        eff=[f"{r:.1f} [{lo:.1f}, {hi:.1f}]" for r, lo, hi in
-             zip(frame["effective_gb_s"], frame["effective_ci_low"], frame["effective_ci_high"], strict=True)],
-        mb=frame["bytes_per_token"] / 1e6,
-    )
-    out.print(frame_table("Decode: effective bandwidth against the ceiling", view, {
-        "device": "", "chip_class": "", "arm": "", "n": "d", "n_excluded": "d", "tok": "", "mb": ".0f", "eff": "",
-        "ceiling_gb_s": ".1f", "ratio": ".0%", "ceiling_tok_s": ".1f", "reading": "",
-    }))
-    if (words := excluded_words(trials)) is not None:
-        out.print(words, markup=False, highlight=False)
-    out.print("columns: tok = decode tok/s median [95% CI]; mb = MB read per token; eff = effective GB/s; "
-              "ceiling_tok_s = decode tok/s at the ceiling. Ceilings: "
-              + "; ".join(f"{c}: {s}" for c, s in sorted(set(zip(frame["chip_class"], frame["ceiling_source"],
-                                                                  strict=True)))), highlight=False)
-    pre = outcome.prefill
-    if len(pre):
-        pre = pre.assign(mb=pre["bytes_per_prefill_token"] / 1e6)
-        out.print(frame_table("Prefill: weights read once per M tokens (bound = ceiling x M / weight bytes)", pre, {
-            "device": "", "arm": "", "chunk_width": "d", "mb": ".1f", "bound_tok_s": ".0f", "prefill_tok_s": ".1f",
-            "regime": "",
-        }))
+    for part in audit_view(run_dir.run_id, manifest.plan.model, trials, frame, outcome.prefill):
+        out.print(part, highlight=False, soft_wrap=isinstance(part, Text))
 
 
 def rank_cmd(
@@ -158,7 +135,7 @@ def rank_cmd(
     """Re-rank the candidate table with measured runs: measured vs expected, audit headroom, gates."""
     from orchestrator.analysis.rank import empty_observations, observations, rank, rank_summary, summarize_history
     from orchestrator.config.candidates import load_candidates, load_ceilings
-    from orchestrator.results.store import excluded_words
+    from orchestrator.results.trials import excluded_words
 
     try:
         table, ceil = load_candidates(candidates), load_ceilings(ceilings)
@@ -187,21 +164,6 @@ def rank_cmd(
     if fmt is Format.table and table.non_candidates:
         out.print("Non-candidates: " + "; ".join(f"{n.target}: {n.reason}" for n in table.non_candidates),
                   highlight=False)
-
-
-def _night_tables(outcome: Any) -> None:
-    s = outcome.summary
-    tonight = s.tonight.assign(builds=s.tonight["candidate_build"] + " vs " + s.tonight["reference_build"])
-    out.print(frame_table(f"Nightly {s.night}: runs {', '.join(outcome.run_ids)}", tonight, {
-        "config": "", "device": "", "builds": "", "ratio": ".3f", "ci_low": ".3f", "ci_high": ".3f",
-        "p_one_sided_slower": ".4f", "streak": "d", "status": "", "since": "", "reason": "",
-    }))
-    for config, device, why in s.missing:
-        out.print(f"no data {config} / {device}: {why}", markup=False, highlight=False, style="yellow")
-    for r in s.changes.to_dict("records"):
-        out.print(f"change point: {r['config']} / {r['device']} {r['signal']} from {r['night']} "
-                  f"({r['shift']:+.1%})")
-    out.print(f"junit: {outcome.junit_path}  summary: {outcome.summary_path}", soft_wrap=True)
 
 
 def nightly_cmd(
@@ -256,7 +218,10 @@ def nightly_cmd(
                       tonight=records(s.tonight), missing=missing, changes=records(s.changes),
                       junit=str(outcome.junit_path), summary=str(outcome.summary_path))
         else:
-            _night_tables(outcome)
+            from orchestrator.report.console_analysis import night_view
+
+            for part in night_view(s, outcome.run_ids, outcome.junit_path, outcome.summary_path):
+                out.print(part, highlight=False, soft_wrap=isinstance(part, Text))
     except (ConfigError, NightlyInputError, RunNotFound) as exc:
         bad_input(str(exc))
     except KeyboardInterrupt:

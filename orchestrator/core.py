@@ -33,12 +33,8 @@ from orchestrator.results.records import (
     RunFinished,
     RunStarted,
 )
-from orchestrator.results.store import (
-    RunDir,
-    create_run,
-    new_run_id,
-    trial_rows,
-)
+from orchestrator.results.store import RunDir, create_run, new_run_id
+from orchestrator.results.trials import trial_rows
 from orchestrator.runtimes import catalog
 from orchestrator.runtimes.artifacts import (
     artifacts_for,

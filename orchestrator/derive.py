@@ -29,12 +29,10 @@ from orchestrator.results.store import (
     RunLocked,
     RunNotWritable,
     read_registry,
-    stops,
-    trial_rows,
-    usable,
     write_atomic,
     write_registry,
 )
+from orchestrator.results.trials import stop_records, trial_rows, usable
 from orchestrator.runtimes.gater import Gater
 from orchestrator.schedule import resume_state
 from orchestrator.schedule.pool import fleet_chips
@@ -70,7 +68,7 @@ def stop_reasons(manifest: Manifest, records: list[Record]) -> dict[str, StopRea
     """Why each session ended; `interrupted` for one with no end in the journal, or one whose end the
     journal holds but not all of its trials (records skipped as corrupt: resume runs them)."""
     states = resume_state(manifest, records)
-    reasons = {d: s.reason for d, s in stops(records).items()}
+    reasons = {d: s.reason for d, s in stop_records(records).items()}
     for s in manifest.sessions:
         if s.device in states and reasons.get(s.device) == "completed":
             reasons[s.device] = "interrupted"
@@ -132,7 +130,7 @@ def derive_locked(run: RunDir, *, ceilings: CeilingTable | None = None, save: bo
         except OSError as exc:
             warnings.append(f"{run.path}: derived tables not written ({exc.strerror}); derived in memory")
     return RunOutcome(run=run, manifest=manifest, stops=stopped, trials=tables["trials"], verdicts=tables["verdicts"],
-                      details={d: s.detail for d, s in stops(records).items() if s.detail},
+                      details={d: s.detail for d, s in stop_records(records).items() if s.detail},
                       gates=tables["token_gates"], warnings=warnings, chips=chips, sessions=tables["sessions"],
                       class_verdicts=tables["class_verdicts"], audit=tables.get("audit", pd.DataFrame()),
                       prefill=tables.get("prefill", pd.DataFrame()))

@@ -52,7 +52,7 @@ def test_html_is_self_contained_and_shows_everything(tmp_path: Path) -> None:
     assert len(images) == 3  # distributions, trial order, audit
     assert all(base64.b64decode(i).startswith(b"\x89PNG") for i in images)
     for text in ("Verdicts", "faster", "Audit", "no glue to harvest", "raw-loop candidate", "Token gates",
-                 "PASS: bit-identical", "Prefill"):
+                 "PASS: bit-identical", "Prefill", "coreai: Apple engine", "rawloop-metal: raw loop (Metal)"):
         assert text in html, text
     md = md_path.read_text()
     assert "![audit](figures/audit.png)" in md and (tmp_path / "out" / "figures" / "audit.png").exists()

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from orchestrator.results.records import PreparedRecord
-from orchestrator.results.store import excluded_counts
+from orchestrator.results.trials import excluded_counts
 
 DEVICE_TIME_COLUMNS = [
     "device", "trials", "prepare_min", "settle_min", "launch_min", "measured_min", "retry_min", "total_min",

@@ -207,3 +207,20 @@ def gates_table(gates: pd.DataFrame) -> Table:
         table.add_row(str(r["device"]), str(r["arm"]), str(r["runtime"]), str(r["quant_class"]), str(r["trials"]),
                       str(r["distinct_sequences"]), str(r["prefill"]), str(r["decode"]) + note, fork, gap)
     return table
+
+
+def size_words(n: int) -> str:
+    return f"{n / 1e9:.2f} GB" if n >= 1e9 else f"{n / 1e6:.0f} MB"
+
+
+def runtimes_table(rows: list[dict[str, Any]]) -> Table:
+    """`orch runtimes list`: one row per host and runtime."""
+    table = Table(title="Runtimes")
+    for col in ("host", "runtime", "installed", "versions", "disk", "how"):
+        table.add_column(col)
+    for r in rows:
+        versions = ", ".join(f"{k} {v}" for k, v in dict(r["versions"]).items())
+        disk = size_words(int(str(r["disk_bytes"]))) if r["disk_bytes"] else "-"
+        table.add_row(str(r["host"]), str(r["runtime"]), "yes" if r["installed"] else "no", versions or "-", disk,
+                      str(r.get("install") or r["what"]))
+    return table

@@ -21,6 +21,7 @@ from orchestrator.derive import RunOutcome
 from orchestrator.report import plots
 from orchestrator.results.records import Manifest, TrialRecord
 from orchestrator.results.store import RunDir
+from orchestrator.runtimes import catalog
 
 
 @dataclass
@@ -39,7 +40,7 @@ class Report:
     stops: dict[str, str]
     audit: pd.DataFrame | None
     prefill: pd.DataFrame | None
-    gates: pd.DataFrame
+    first_arm_gates: pd.DataFrame  # per device: the arms' tokens against the first arm's
     reference_gates: pd.DataFrame | None  # against the numpy reference (real trials only)
     failures: pd.DataFrame
     nightly: NightlyView | None
@@ -49,7 +50,7 @@ class Report:
     excluded: pd.DataFrame = field(default_factory=pd.DataFrame)  # finished trials kept out of the verdicts
 
 
-def token_gates(manifest: Manifest, records: list[Any]) -> pd.DataFrame:
+def first_arm_gates(manifest: Manifest, records: list[Any]) -> pd.DataFrame:
     """Per device and arm: do trial1 token ids match the device's first launch of the first arm?"""
     first_arm = manifest.plan.arms[0].name
     trials = sorted((r for r in records if isinstance(r, TrialRecord) and r.result and r.result.trial1),
@@ -111,7 +112,7 @@ def collect(outcome: RunOutcome, history: Path | None = None) -> Report:
     report = Report(run=run, manifest=manifest, trials=trials, verdicts=outcome.verdicts,
                     stops={d: str(r) for d, r in outcome.stops.items()}, audit=aud,
                     prefill=outcome.prefill if len(outcome.prefill) else None, excluded=kept_out,
-                    gates=token_gates(manifest, records),
+                    first_arm_gates=first_arm_gates(manifest, records),
                     reference_gates=outcome.gates if len(outcome.gates) else None, failures=failures,
                     nightly=_nightly(history, manifest), chips=outcome.chips, sessions=outcome.sessions)
     arms = [a.name for a in manifest.plan.arms]
@@ -200,7 +201,7 @@ AUDIT_COLS = {"device": ("device", ""), "arm": ("arm", ""), "decode_tok_s": ("to
               "effective_gb_s": ("effective GB/s", ".1f"), "ceiling_gb_s": ("ceiling GB/s", ".1f"),
               "ratio": ("of ceiling", ".0%"), "ceiling_tok_s": ("tok/s at ceiling", ".1f"),
               "reading": ("reading", ""), "ceiling_source": ("ceiling from", "")}
-GATE_COLS = {"device": ("device", ""), "arm": ("arm", ""), "launches": ("launches", "d"),
+FIRST_ARM_GATE_COLS = {"device": ("device", ""), "arm": ("arm", ""), "launches": ("launches", "d"),
              "tokens": ("tokens", "d"), "gate": ("token gate vs the first arm", "")}
 REF_GATE_COLS = {"device": ("device", ""), "arm": ("arm", ""), "runtime": ("runtime", ""),
                  "quant_class": ("class", ""), "trials": ("trials", "d"), "prefill": ("prefill gate", ""),
@@ -224,9 +225,19 @@ def rule_text(report: Report) -> str:
             f"{report.manifest.plan.order.upper()} x {report.manifest.plan.blocks} blocks.")
 
 
+def arms_text(report: Report) -> str:
+    """Each arm with what its runtime is (the runtime catalog's label)."""
+    def label(runtime: str) -> str:
+        entry = catalog.get(runtime)
+        return f"{runtime}: {entry.label}" if entry is not None else runtime
+
+    return "Arms: " + "; ".join(f"{a.name} ({label(a.runtime)}{', build ' + a.build if a.build else ''})"
+                                for a in report.manifest.plan.arms) + "."
+
+
 def to_markdown(report: Report, image: Callable[[str], str]) -> str:
     """`image(name)` gives the link for a figure (a file beside the markdown)."""
-    parts = [f"# {md_text(title(report))}", "", rule_text(report), ""]
+    parts = [f"# {md_text(title(report))}", "", rule_text(report), "", md_text(arms_text(report)), ""]
     parts += [f"- {line}" for line in headline(report)] or ["- no verdicts: no finished trials"]
     parts += ["", "## Verdicts", "", md_table(verdict_frame(report), VERDICT_COLS), "",
               "## Sessions", "", md_table(sessions_frame(report), SESSION_COLS), ""]
@@ -250,7 +261,7 @@ def to_markdown(report: Report, image: Callable[[str], str]) -> str:
         parts += ["### Prefill: weights read once per M tokens", "", md_table(pre, {
             "device": ("device", ""), "chunk_width": ("M", "d"), "mb": ("MB per prefill token", ".1f"),
             "bound_tok_s": ("bandwidth bound tok/s", ".0f"), "regime": ("regime", "")}), ""]
-    parts += ["## Token gates", "", md_table(report.gates, GATE_COLS), ""]
+    parts += ["## Token gates", "", md_table(report.first_arm_gates, FIRST_ARM_GATE_COLS), ""]
     if report.reference_gates is not None:
         parts += ["### Against the numpy reference decoder (decode and prefill apart)", "",
                   md_table(report.reference_gates, REF_GATE_COLS), ""]
