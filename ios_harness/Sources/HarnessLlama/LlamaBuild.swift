@@ -22,6 +22,4 @@ public struct LlamaBuild: Encodable, Sendable {
             systemInfo: String(cString: llama_print_system_info()).trimmingCharacters(in: CharacterSet(charactersIn: " |")))
     }
 
-    /// One line for a result's `engine_version`.
-    public var summary: String { "llama.cpp \(commit), ggml \(ggmlVersion); \(systemInfo)" }
 }
