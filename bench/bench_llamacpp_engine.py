@@ -142,13 +142,17 @@ def write(res: dict[str, Any], meta: dict[str, Any]) -> None:
         f"{meta['cores']} cores, {meta['date']}: m110 Q8_0 (llama, 12 layers, dim 768, vocab 32000, random "
         f"weights), 32-token prompt, 128 greedy tokens, {meta['threads']} thread(s) per arm, prefill chunk "
         f"{meta['chunk']}, Williams order, {meta['blocks']} blocks, a fresh process per trial, settled on a 3 s "
-        f"gap and 1-minute load < {meta['max_load']}; an attempt during which other processes took more than "
-        f"{meta['max_other']:.0%} of the CPU was spoiled and run again ({res['spoiled']} spoiled attempts; a trial "
-        "still over on its last attempt is kept but excluded, as from the verdicts). Both llama.cpp arms load the same libllama file (the llamacpp environment's "
+        f"gap and 1-minute load < {meta['max_load']}; "
+        + (f"an attempt during which other processes took more than {meta['max_other']:.0%} of the CPU was spoiled "
+           f"and run again ({res['spoiled']} spoiled attempts; a trial still over on its last attempt is kept but "
+           "excluded, as from the verdicts). " if meta["max_other"] < 1 else
+           "no interference limit (other processes' CPU share was not checked). ")
+        + "Both llama.cpp arms load the same libllama file (the llamacpp environment's "
         f"llama-cpp-python {meta['llama_pin']} build). Medians over the ok trials; q1-q3 is the decode tok/s "
         "interquartile range within this run; ok = trials used / trials run. Token gates against the numpy reference decoder (prefill = "
         "token 0, decode = later tokens teacher-forced on the arm's own prefix).", "",
         f"Command: `{meta['command']}`", "",
+        *([meta["note"], ""] if meta.get("note") else []),
         "| arm | runtime | ok | decode tok/s (q1-q3) | prefill tok/s | TTFT ms | MB/token | eff. GB/s "
         "| gate prefill | gate decode | tokens = oop's | version |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
@@ -201,8 +205,17 @@ def main() -> None:
                     help="the interference limit: other processes' share of the CPU during a trial")
     ap.add_argument("--flash-attn-arm", action="store_true",
                     help="a fourth arm: the harness's llama.cpp with flash attention auto (llama.cpp's own default)")
+    ap.add_argument("--note", default="", help="a paragraph written under the command (e.g. why the gate was relaxed)")
     ap.add_argument("--keep", type=Path, help="run in this folder and keep it (the run's journal and results)")
+    ap.add_argument("--rewrite", action="store_true",
+                    help="measure nothing: write the .md again from the .json (with --note, if given)")
     args = ap.parse_args()
+    if args.rewrite:
+        saved = json.loads((OUT / "llamacpp_engine.json").read_text())
+        meta = saved.pop("meta")
+        meta["note"] = args.note or meta.get("note", "")
+        write(saved, meta)
+        return
     if installed("llamacpp") is None or not (LLAMA / "pin.json").is_file():
         sys.exit("needs the llamacpp environment and the harness's link to it: make llama")
     model_dir = default_cache_dir() / "llama-m110-s0"
@@ -219,7 +232,7 @@ def main() -> None:
     pin = json.loads((LLAMA / "pin.json").read_text())
     meta = {"cpu": cpu, "cores": os.cpu_count(), "date": datetime.now(UTC).strftime("%Y-%m-%d"),
             "threads": args.threads, "blocks": args.blocks, "chunk": args.chunk, "max_load": args.max_load,
-            "max_other": args.max_other_cpu,
+            "max_other": args.max_other_cpu, "note": args.note,
             "llama_pin": pin["version"], "command": command()}
     write(res, meta)
     print((OUT / "llamacpp_engine.md").read_text())
