@@ -21,5 +21,4 @@ public struct LlamaBuild: Encodable, Sendable {
             ggmlVersion: String(cString: ggml_version()), commit: String(cString: ggml_commit()),
             systemInfo: String(cString: llama_print_system_info()).trimmingCharacters(in: CharacterSet(charactersIn: " |")))
     }
-
 }
