@@ -36,7 +36,8 @@ from orchestrator.analysis.gating import gates_of  # noqa: E402
 from orchestrator.models.maker import default_cache_dir, make_model  # noqa: E402
 from orchestrator.results import load_trials  # noqa: E402
 from orchestrator.results.records import AttemptSpoiled, TrialRecord  # noqa: E402
-from orchestrator.results.store import RunDir, usable  # noqa: E402
+from orchestrator.results.store import RunDir  # noqa: E402
+from orchestrator.results.trials import usable  # noqa: E402
 from orchestrator.runtimes.envs import installed  # noqa: E402
 from orchestrator.runtimes.gater import Gater  # noqa: E402
 

@@ -100,7 +100,8 @@ def plan_noise(
 
 
 def _noise_from(results: Path, run_id: str, plan: Plan) -> dict[str, float]:
-    from orchestrator.results.store import RunNotFound, RunUnreadable, find_run, load_trials
+    from orchestrator.results.store import RunNotFound, RunUnreadable, find_run
+    from orchestrator.results.trials import load_trials
 
     try:
         run = find_run(results, run_id)
