@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import math
 import re
 from pathlib import Path
 
@@ -155,3 +156,13 @@ def test_audit_is_derived_once_per_ceilings_table_and_read_back(tmp_path: Path) 
     assert json.loads(run.stamp_path.read_text())["ceilings_sha256"] != stamp["ceilings_sha256"]
     for name in ("trials.parquet", "verdicts.csv", "sessions.csv"):
         assert (run.path / name).read_bytes() == before[run.path / name], f"{name} was not derived again"
+
+
+def test_an_unbounded_interval_is_said_with_the_90_percent_interval_beside_it() -> None:
+    """Too few blocks for p < alpha leave the (1 - alpha) CI unbounded: the tables say so, with the 90% CI
+    that equivalence is judged by, instead of printing [0.000, inf]."""
+    from orchestrator.report.console import ratio_ci
+
+    row = {"ratio": 0.908, "ci_low": 0.0, "ci_high": math.inf, "ci90_low": 0.819, "ci90_high": 0.996, "alpha": 0.0083}
+    assert ratio_ci(row) == "0.908 [unbounded at alpha 0.0083; 90%: 0.819, 0.996]"
+    assert ratio_ci({**row, "ci_low": 0.85, "ci_high": 0.97}) == "0.908 [0.850, 0.970]"

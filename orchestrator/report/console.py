@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Hashable, Mapping
 from typing import Any
 
 import pandas as pd
@@ -87,6 +88,16 @@ def _fmt(x: Any, spec: str) -> str:
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
 
 
+def ratio_ci(row: Mapping[Hashable, Any]) -> str:
+    """A verdict's ratio and its (1 - alpha) CI; where too few blocks leave that interval unbounded (the test
+    cannot reach p < alpha), it says so and gives the 90% CI equivalence is judged by instead of [0, inf]."""
+    lo, hi = row["ci_low"], row["ci_high"]
+    if isinstance(lo, float) and isinstance(hi, float) and (lo <= 0 or math.isinf(hi)) and "ci90_low" in row:
+        return (f"{_fmt(row['ratio'], '.3f')} [unbounded at alpha {_fmt(row.get('alpha'), '.2g')}; 90%: "
+                f"{_fmt(row['ci90_low'], '.3f')}, {_fmt(row['ci90_high'], '.3f')}]")
+    return f"{_fmt(row['ratio'], '.3f')} [{_fmt(lo, '.3f')}, {_fmt(hi, '.3f')}]"
+
+
 def frame_table(title: str, frame: pd.DataFrame, cols: dict[str, str]) -> Table:
     """A rich table of `frame`: column -> format spec ('' = str); a missing number shows as '-'."""
     table = Table(title=title, title_justify="left")
@@ -109,7 +120,7 @@ def verdict_table(verdicts: pd.DataFrame, manifest: Manifest, chips: dict[str, s
                 "σ", "MDE", "verdict", "device min"):
         table.add_column(col, justify="left" if col in ("device", "chip", "comparison", "verdict") else "right")
     for row in verdicts.to_dict("records"):
-        ci = f"{_fmt(row['ratio'], '.3f')} [{_fmt(row['ci_low'], '.3f')}, {_fmt(row['ci_high'], '.3f')}]"
+        ci = ratio_ci(row)
         table.add_row(
             str(row["device"]), str(chips.get(str(row["device"]), "")), f"{row['candidate']} vs {row['baseline']}",
             f"{_fmt(row['n_candidate'], '.0f')}/{_fmt(row['n_baseline'], '.0f')}",

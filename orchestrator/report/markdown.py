@@ -19,6 +19,7 @@ from orchestrator.analysis.audit import RULE
 from orchestrator.analysis.summary import family_words
 from orchestrator.derive import RunOutcome
 from orchestrator.report import plots
+from orchestrator.report.console import ratio_ci
 from orchestrator.results.records import Manifest, TrialRecord
 from orchestrator.results.store import RunDir
 from orchestrator.runtimes import catalog
@@ -174,8 +175,7 @@ def verdict_frame(report: Report) -> pd.DataFrame:
     return v.assign(
         comparison=v["candidate"] + " vs " + v["baseline"],
         n=[f"{_f(c, '.0f')}/{_f(b, '.0f')}" for c, b in zip(v["n_candidate"], v["n_baseline"], strict=True)],
-        ci=[f"{_f(r, '.3f')} [{_f(lo, '.3f')}, {_f(hi, '.3f')}]"
-            for r, lo, hi in zip(v["ratio"], v["ci_low"], v["ci_high"], strict=True)],
+        ci=[ratio_ci(r) for r in v.to_dict("records")],
     )
 
 
