@@ -19,7 +19,7 @@ from orchestrator.devices.sim import SimDevice
 from orchestrator.protocol import TrialResult
 from orchestrator.protocol.device import Telemetry, TrialFailure
 from orchestrator.results.records import AttemptSpoiled, Record, TrialRecord
-from orchestrator.results.store import self_throttled_words, usable
+from orchestrator.results.trials import self_throttled_words, usable
 from orchestrator.schedule import SettleGate
 
 QUIET = {"sigma": 0.0, "drift_per_hour": 0.0, "outlier_rate": 0.0, "token_jitter": 0.0}

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pandas as pd
 
-from orchestrator.results import history as history_db
 from orchestrator.results.history import STRING_COLUMNS as HISTORY_STRINGS
 
 __all__ = ["FLOAT_COLUMNS", "NIGHT_COLUMNS", "SERIES_COLUMNS", "STRING_COLUMNS", "TRIAL_COLUMNS", "NightlyInputError",
