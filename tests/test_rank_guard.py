@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 from orchestrator import core
 from orchestrator.cli import app
 from orchestrator.clock import VirtualClock
+from orchestrator.derive import derive
 from orchestrator.devices import FakeDevice
 from orchestrator.devices.interference import CpuSample
 from orchestrator.protocol import Generation, TrialResult, TrialSpec
@@ -63,7 +64,7 @@ def run_with(tmp_path: Path, spoiled: set[int]) -> tuple[Path, str]:
     device = FakeDevice("iphone17pro", lab.result, cpu=lab.cpu)
     asyncio.run(run_sessions(manifest, Journal(run.journal_path), lambda d: (device, VirtualClock()),
                              {s.device: SessionState() for s in manifest.sessions}))
-    core.derive(RunDir(run.path))
+    derive(RunDir(run.path))
     return tmp_path / "results", run.run_id
 
 
