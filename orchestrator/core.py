@@ -22,6 +22,7 @@ from orchestrator.analysis import noise
 from orchestrator.analysis.devicetime import costs
 from orchestrator.analysis.gating import gates_of
 from orchestrator.analysis.pooled import class_verdicts
+from orchestrator.analysis.prerun import mde_notes
 from orchestrator.analysis.summary import verdicts
 from orchestrator.config.fleet import Fleet, HostDeviceConfig, IphoneDeviceConfig
 from orchestrator.config.loader import ConfigError, Problem, key_line, load_fleet, load_plan
@@ -261,6 +262,14 @@ async def execute(run: RunDir, *, observe: Observer = lambda d, r: None, accept_
         finally:
             journal.close()
         return _derive(run, save=True)  # after the journal's last record, so every derived table is current
+
+
+def noise_notes(run: RunDir, now: datetime | None = None) -> list[str]:
+    """Before a run's first trial: each device's MDE from the noise registry of the run's results folder
+    (or that it has no entry), and the registry's flag where a device's noise jumped."""
+    manifest = run.manifest()
+    return mde_notes(manifest.plan, [s.device for s in manifest.sessions], read_registry(run.path.parent),
+                     now or datetime.now(UTC))
 
 
 def _register_noise(run: RunDir, trials: pd.DataFrame, manifest: Manifest, chips: dict[str, str]) -> list[str]:

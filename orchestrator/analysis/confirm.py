@@ -5,20 +5,28 @@ blocks on the same phone, up to ``confirm.launches_per_arm`` in all (an extensio
 config, fixed design, its own seed); the night is then decided on every launch it made (the first
 run's blocks followed by the extension's, one fixed analysis by the plan's estimator), and the alarm
 rule reads that row. Not suspicious: the night's row is the first run's, as without confirmation.
+
+The cap is sized per device from the noise registry (``launches_for``): ``launches_per_arm`` was measured
+to alarm a 5% regression on its first night on phones whose registered noise is ``confirm.sigma``; a noisier
+device gets ``launches_per_arm x (its sigma / confirm.sigma)^2`` (the standard error of the night's estimate,
+``f sigma sqrt(2 / n)``, then stays what it was where the goal was measured), up to ``max_launches_per_arm``.
+The alarm's p and slowdown do not change, so neither does the false-alarm rate (the p is the test's own).
+A device with no registry entry, or one no noisier than ``confirm.sigma``, keeps ``launches_per_arm``.
 Calibration: bench/bench_nightly_confirm.py, figures in bench/results/nightly_confirm.md.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import pandas as pd
 
 from orchestrator.analysis.summary import verdicts
 from orchestrator.config.plan import MAX_BLOCKS, PAIRED, NightlyAlarm, Plan
 
-__all__ = ["EXTENSION", "MIN_EXTENSION_BLOCKS", "after", "decide", "extends", "extension_blocks", "extension_plan",
-           "suspicious"]
+__all__ = ["EXTENSION", "MIN_EXTENSION_BLOCKS", "Cap", "after", "decide", "extends", "extension_blocks",
+           "extension_plan", "launches_for", "suspicious"]
 
 EXTENSION = "same-night confirmation of "  # an extension plan's description begins so
 MIN_EXTENSION_BLOCKS = 6  # a plan's least blocks: fewer left to the cap, the night is decided on what it has
@@ -35,12 +43,39 @@ def suspicious(rows: pd.DataFrame, rule: NightlyAlarm) -> dict[str, int]:
     return {str(d): int(k) for d, pp, k in zip(rows["device"], p, n, strict=True) if pp < c.suspicious_p}
 
 
-def extension_blocks(plan: Plan, rule: NightlyAlarm, done: int) -> int:
-    """Blocks that bring ``done`` launches per arm to the confirmation's cap (0: too few to run)."""
+@dataclass(frozen=True)
+class Cap:
+    """A device's same-night confirmation cap, and why."""
+
+    launches_per_arm: int  # the night's launches per arm in all, when extended
+    needed: int  # what its noise asks for (above launches_per_arm when max_launches_per_arm cut it)
+    sigma: float | None  # its registered noise (None: none registered)
+
+    @property
+    def short(self) -> bool:
+        """The noise asks for more than max_launches_per_arm allows: the first-night detection goal is not held."""
+        return self.needed > self.launches_per_arm
+
+
+def launches_for(rule: NightlyAlarm, sigma: float | None) -> Cap:
+    """The confirmation cap of a device whose registered noise is ``sigma`` (None: nothing registered)."""
+    c = rule.confirm
+    if c is None:
+        return Cap(0, 0, sigma)
+    if sigma is None or not math.isfinite(sigma) or sigma <= c.sigma:
+        return Cap(c.launches_per_arm, c.launches_per_arm, sigma)
+    needed = math.ceil(c.launches_per_arm * (sigma / c.sigma) ** 2)
+    return Cap(min(needed, c.max_launches_per_arm), needed, sigma)
+
+
+def extension_blocks(plan: Plan, rule: NightlyAlarm, done: int, cap: int | None = None) -> int:
+    """Blocks that bring ``done`` launches per arm to the confirmation's cap (``cap``: a device's own, from
+    ``launches_for``; default the rule's ``launches_per_arm``) (0: too few to run)."""
     if rule.confirm is None:
         return 0
     per_block = 2 if plan.order in PAIRED else 1
-    blocks = min(MAX_BLOCKS, math.ceil(max(0, rule.confirm.launches_per_arm - done) / per_block))
+    target = rule.confirm.launches_per_arm if cap is None else cap
+    blocks = min(MAX_BLOCKS, math.ceil(max(0, target - done) / per_block))
     return blocks if blocks >= MIN_EXTENSION_BLOCKS else 0
 
 
