@@ -104,7 +104,7 @@ def nights(design: Design, n: int, gap: float, seed0: int) -> pd.DataFrame:
     final = first.set_index("device")
     launched = trials.groupby("device").size().astype(float) / 2
     groups: dict[int, list[str]] = {}
-    for device, done in suspicious(first, rule).items():
+    for device, done in suspicious(first, rule, caps).items():
         if (blocks := extension_blocks(pinned, rule, done, caps[device].launches_per_arm)) > 0:
             groups.setdefault(blocks, []).append(device)
     for k, (blocks, devices) in enumerate(sorted(groups.items())):

@@ -223,7 +223,7 @@ async def _config_night(run: RunDir, night: str, results: Path, history: Path,
         announce([e.run_id for e in extensions])
     else:
         groups: dict[int, list[str]] = {}
-        for device, done in suspicious(rows, rule).items():
+        for device, done in suspicious(rows, rule, caps).items():
             cap = caps[device].launches_per_arm if device in caps else None
             if (blocks := extension_blocks(plan, rule, done, cap)) > 0:
                 groups.setdefault(blocks, []).append(device)

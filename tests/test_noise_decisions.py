@@ -13,10 +13,11 @@ import pandas as pd
 import pytest
 import typer
 from conftest import ROOT, fleet_of, plan_with, sim_device
+from scipy.stats import norm
 from test_run import invoke, write_inputs
 from typer.testing import CliRunner
 
-from orchestrator.analysis.confirm import extends, launches_for
+from orchestrator.analysis.confirm import extends, launches_for, suspicious
 from orchestrator.analysis.noise import REGISTRY_COLUMNS, entry
 from orchestrator.analysis.prerun import mde_notes, night_caps
 from orchestrator.analysis.sizing import planned_mde
@@ -57,6 +58,12 @@ def test_the_confirmation_cap_grows_with_the_registered_noise() -> None:
     assert launches_for(rule, 0.04).launches_per_arm == 120  # a quieter phone keeps the plan's
     nine = launches_for(rule, 0.09)
     assert nine.launches_per_arm == math.ceil(120 * (0.09 / 0.065) ** 2) == 231 and not nine.short
+    # its first run's z of a slowdown is 0.065 / 0.09 of a calm phone's: suspicious at that fraction of z(0.2)
+    assert math.isclose(norm.isf(nine.suspicious_p), norm.isf(0.2) * 0.065 / 0.09)
+    rows = pd.DataFrame({"device": ["calm", "loud"], "p_one_sided_slower": [0.25, 0.25],
+                         "n_reference": [40, 40], "n_candidate": [40, 40]})
+    assert suspicious(rows, rule, {"loud": nine}) == {"loud": 40} and suspicious(rows, rule) == {}
+    assert launches_for(rule, 0.04).suspicious_p == 0.2
     loud = launches_for(rule, 0.15)
     assert loud.launches_per_arm == 360 and loud.needed == 640 and loud.short
     assert launches_for(NightlyAlarm(confirm=None), 0.09).launches_per_arm == 0
@@ -137,7 +144,8 @@ def test_a_noisier_phone_is_confirmed_on_more_launches_and_the_night_says_why(tm
     assert res.exit_code == 1, res.output  # 10% slower: alarmed on its first night
     said = " ".join(res.output.split())
     assert ("nightly-decode: loud: launch noise 9.0% (noise registry: run aa-2, 1 d old, 118 launches): noisier than "
-            "the 6.5% the cap is sized for: a suspicious night is extended to 231 launches per arm (plan: 120)") in said
+            "the 6.5% the cap is sized for: a suspicious night (p(slower) < 0.27, plan: 0.2) is extended to 231 "
+            "launches per arm (plan: 120)") in said, said
     assert "nightly-decode: loud: NOISE JUMP: launch noise 5.0% in run aa-1, now 9.0% in aa-2" in said
     assert (f"nightly-decode: calm: no launch noise registered for rawloop-metal on {model}" in said
             and "extended to the plan's 120 launches per arm" in said), said

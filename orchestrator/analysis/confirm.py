@@ -10,8 +10,11 @@ The cap is sized per device from the noise registry (``launches_for``): ``launch
 to alarm a 5% regression on its first night on phones whose registered noise is ``confirm.sigma``; a noisier
 device gets ``launches_per_arm x (its sigma / confirm.sigma)^2`` (the standard error of the night's estimate,
 ``f sigma sqrt(2 / n)``, then stays what it was where the goal was measured), up to ``max_launches_per_arm``.
-The alarm's p and slowdown do not change, so neither does the false-alarm rate (the p is the test's own).
-A device with no registry entry, or one no noisier than ``confirm.sigma``, keeps ``launches_per_arm``.
+Its first run sees a regression less clearly too (the z of a given slowdown shrinks by ``confirm.sigma /
+sigma``), so its night counts as suspicious below the p whose z is ``z(suspicious_p)`` scaled by the same
+factor (0.2 at 6.5%, 0.27 at 9%): more of its quiet nights are extended, fewer regressions slip through the
+first run. The alarm's p and slowdown do not change, so neither does the false-alarm rate (the p is the
+test's own). A device with no registry entry, or one no noisier than ``confirm.sigma``, keeps the plan's.
 Calibration: bench/bench_nightly_confirm.py, figures in bench/results/nightly_confirm.md.
 """
 
@@ -21,6 +24,7 @@ import math
 from dataclasses import dataclass
 
 import pandas as pd
+from scipy.stats import norm
 
 from orchestrator.analysis.summary import verdicts
 from orchestrator.config.plan import MAX_BLOCKS, PAIRED, NightlyAlarm, Plan
@@ -32,15 +36,17 @@ EXTENSION = "same-night confirmation of "  # an extension plan's description beg
 MIN_EXTENSION_BLOCKS = 6  # a plan's least blocks: fewer left to the cap, the night is decided on what it has
 
 
-def suspicious(rows: pd.DataFrame, rule: NightlyAlarm) -> dict[str, int]:
+def suspicious(rows: pd.DataFrame, rule: NightlyAlarm, caps: dict[str, Cap] | None = None) -> dict[str, int]:
     """Device -> launches per arm it already has, for the night's comparisons (``night_rows``) that look
-    suspicious under the rule's confirmation."""
+    suspicious under the rule's confirmation (a device in ``caps``: below its own ``suspicious_p``)."""
     c = rule.confirm
     if c is None or not len(rows):
         return {}
+    caps = caps or {}
     p = rows["p_one_sided_slower"].to_numpy(dtype=float)
     n = rows[["n_reference", "n_candidate"]].min(axis=1).to_numpy(dtype=float)
-    return {str(d): int(k) for d, pp, k in zip(rows["device"], p, n, strict=True) if pp < c.suspicious_p}
+    return {str(d): int(k) for d, pp, k in zip(rows["device"], p, n, strict=True)
+            if pp < (caps[str(d)].suspicious_p if str(d) in caps else c.suspicious_p)}
 
 
 @dataclass(frozen=True)
@@ -50,6 +56,7 @@ class Cap:
     launches_per_arm: int  # the night's launches per arm in all, when extended
     needed: int  # what its noise asks for (above launches_per_arm when max_launches_per_arm cut it)
     sigma: float | None  # its registered noise (None: none registered)
+    suspicious_p: float  # its first run's comparison is extended below this one-sided p(slower)
 
     @property
     def short(self) -> bool:
@@ -61,11 +68,12 @@ def launches_for(rule: NightlyAlarm, sigma: float | None) -> Cap:
     """The confirmation cap of a device whose registered noise is ``sigma`` (None: nothing registered)."""
     c = rule.confirm
     if c is None:
-        return Cap(0, 0, sigma)
+        return Cap(0, 0, sigma, 0.0)
     if sigma is None or not math.isfinite(sigma) or sigma <= c.sigma:
-        return Cap(c.launches_per_arm, c.launches_per_arm, sigma)
+        return Cap(c.launches_per_arm, c.launches_per_arm, sigma, c.suspicious_p)
     needed = math.ceil(c.launches_per_arm * (sigma / c.sigma) ** 2)
-    return Cap(min(needed, c.max_launches_per_arm), needed, sigma)
+    wider = float(norm.sf(norm.isf(c.suspicious_p) * c.sigma / sigma))
+    return Cap(min(needed, c.max_launches_per_arm), needed, sigma, wider)
 
 
 def extension_blocks(plan: Plan, rule: NightlyAlarm, done: int, cap: int | None = None) -> int:

@@ -69,12 +69,14 @@ def night_caps(plan: Plan, rule: NightlyAlarm, devices: Iterable[str], registry:
                          "launches per arm (nightly.confirm.launches_per_arm)")
             continue
         if cap.short:
-            sized = (f"its noise needs {cap.needed} launches per arm to keep the first-night detection measured at "
-                     f"{c.sigma:.1%}; max_launches_per_arm allows {cap.launches_per_arm}: a regression may need a "
-                     "second night here")
+            sized = (f"a suspicious night (p(slower) < {cap.suspicious_p:.2g}) is extended to at most "
+                     f"{cap.launches_per_arm} launches per arm; its noise needs {cap.needed} launches per arm to keep "
+                     f"the first-night detection measured at {c.sigma:.1%}; max_launches_per_arm allows "
+                     f"{cap.launches_per_arm}: a regression may need a second night here")
         elif cap.launches_per_arm > c.launches_per_arm:
-            sized = (f"noisier than the {c.sigma:.1%} the cap is sized for: a suspicious night is extended to "
-                     f"{cap.launches_per_arm} launches per arm (plan: {c.launches_per_arm})")
+            sized = (f"noisier than the {c.sigma:.1%} the cap is sized for: a suspicious night (p(slower) < "
+                     f"{cap.suspicious_p:.2g}, plan: {c.suspicious_p:g}) is extended to {cap.launches_per_arm} "
+                     f"launches per arm (plan: {c.launches_per_arm})")
         else:
             sized = f"a suspicious night is extended to the plan's {cap.launches_per_arm} launches per arm"
         lines.append(f"{device}: launch noise {e.basis()}: {sized}")
