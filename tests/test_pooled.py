@@ -5,6 +5,7 @@ the class's looks are taken on its values together and stop every member, the cl
 from __future__ import annotations
 
 import asyncio
+import re
 from pathlib import Path
 
 import numpy as np
@@ -64,6 +65,13 @@ def test_heterogeneity_shows_a_phone_off_its_siblings() -> None:
     assert got["effect_heterogeneity_p"] < 0.01 and got["level_heterogeneity_p"] < 0.01, got
     assert "the effect differs between phones" in got["heterogeneous"] and "speeds differ" in got["heterogeneous"]
     assert "d3 0.9" in got["effect_by_device"], got["effect_by_device"]
+    assert "d3 stands apart from its siblings" in got["heterogeneous"], got
+    # each phone's 95% interval beside its ratio: the odd phone's excludes its siblings' 5%
+    intervals = dict(re.findall(r"(d\d) [0-9.]+ \[([0-9.]+-[0-9.]+)\]", got["effect_by_device"]))
+    assert set(intervals) == {"d0", "d1", "d2", "d3"}, got["effect_by_device"]
+    lo, hi = map(float, intervals["d3"].split("-"))
+    assert hi < 1.05 and lo < 0.95 < hi, intervals
+    assert all(float(intervals[d].split("-")[0]) < 1.05 < float(intervals[d].split("-")[1]) for d in ("d0", "d1", "d2"))
     same = heterogeneity(frame[frame["device"] != "d3"], "a", "b", "v")
     assert same["heterogeneous"] == "", same
 
