@@ -22,6 +22,8 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
@@ -37,9 +39,9 @@ from orchestrator.schedule.pool import fleet_chips  # noqa: E402
 CASES = {"no difference": (0.0, None), "true 5% gap": (0.05, None), "one phone 8% off": (0.05, -0.03)}
 
 
-def fleet(reps: int, phones: int, gap: float, odd: float | None, seed0: int) -> Fleet:
+def fleet(reps: int, phones: int, gap: float, odd: float | None, seed0: int, first: int = 0) -> Fleet:
     devices = []
-    for r in range(reps):
+    for r in range(first, first + reps):
         for k in range(phones):
             g = odd if (odd is not None and k == phones - 1) else gap
             devices.append({
@@ -68,12 +70,25 @@ def busy_hours(trials: Any) -> Any:
         lambda t: float((t["settle_waited_s"] + t["duration_s"] + t["retry_s"]).sum()) / 3600, include_groups=False)
 
 
-def measure(case: str, reps: int, phones: int) -> dict[str, Any]:
+def chunked(reps: int, phones: int, gap: float, odd: float | None, seed0: int, p: Plan,
+            chunk: int) -> tuple[Any, pd.DataFrame, pd.DataFrame]:
+    """The repetitions simulated ``chunk`` classes at a time (each phone's seed as in one simulation of all:
+    the sessions of one simulation share an event loop, and a few thousand of them slow it down)."""
+    trials, tables = [], []
+    for first in range(0, reps, chunk):
+        f = fleet(min(chunk, reps - first), phones, gap, odd, seed0, first)
+        manifest, t = run(f, p)
+        trials.append(t)
+        tables.append(class_verdicts(t, p, fleet_chips(f), seed=manifest.seed) if p.pool_by else
+                      verdicts(t, p, seed=manifest.seed))
+    return manifest, pd.concat(trials, ignore_index=True), pd.concat(tables, ignore_index=True)
+
+
+def measure(case: str, reps: int, phones: int, chunk: int) -> dict[str, Any]:
     gap, odd = CASES[case]
-    f = fleet(reps, phones, gap, odd, seed0=30_000 + int(1000 * gap) + (500 if odd is not None else 0))
     p = plan(True)
-    manifest, trials = run(f, p)
-    table = class_verdicts(trials, p, fleet_chips(f), seed=manifest.seed)
+    _, trials, table = chunked(reps, phones, gap, odd, 30_000 + int(1000 * gap) + (500 if odd is not None else 0),
+                               p, chunk)
     hours = busy_hours(trials)
     wall = hours.groupby(lambda d: d.split("-")[0]).max()
     launches = trials.groupby("device").size() / 2
@@ -87,10 +102,8 @@ def measure(case: str, reps: int, phones: int) -> dict[str, Any]:
         "flagged_heterogeneous": float((table["heterogeneous"].fillna("") != "").mean()),
     }
     if odd is None:  # the same defaults, one phone alone per repetition
-        single = fleet(reps, 1, gap, None, seed0=40_000 + int(1000 * gap))
         sp = plan(False)
-        m1, t1 = run(single, sp)
-        v1 = verdicts(t1, sp, seed=m1.seed)
+        _, t1, v1 = chunked(reps, 1, gap, None, 40_000 + int(1000 * gap), sp, chunk)
         c1 = Counter(v1["verdict"])
         out.update({f"single_{v}": c1.get(v, 0) / reps for v in ("faster", "slower", "equivalent", "inconclusive")})
         out["single_wall_hours"] = float(busy_hours(t1).mean())
@@ -103,10 +116,11 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=200)
     ap.add_argument("--phones", type=int, default=4)
     ap.add_argument("--cases", nargs="*", default=list(CASES))
+    ap.add_argument("--chunk", type=int, default=25, help="classes (or single phones) per simulation")
     args = ap.parse_args()
     rows = []
     for case in args.cases:
-        rows.append(measure(case, args.reps, args.phones))
+        rows.append(measure(case, args.reps, args.phones, args.chunk))
         print(json.dumps(rows[-1]), flush=True)
     write(rows, args.reps, args.phones)
 
