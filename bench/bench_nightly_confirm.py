@@ -29,6 +29,7 @@ import platform
 import shlex
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from pathlib import Path
@@ -132,13 +133,16 @@ def lower95(k: int, n: int) -> float:
     return 0.0 if k == 0 else float(beta.ppf(0.025, k, n - k + 1))
 
 
-def measure(design: Design, gap: float, n: int, seed0: int, chunk: int) -> pd.DataFrame:
+def measure(design: Design, gap: float, n: int, seed0: int, chunk: int,
+            so_far: Callable[[pd.DataFrame], None] = lambda t: None) -> pd.DataFrame:
+    """``n`` device-nights, ``chunk`` phones a simulation; ``so_far`` hears the nights so far after each chunk."""
     parts = []
     for start in range(0, n, chunk):
         t0 = time.perf_counter()
         parts.append(nights(design, min(chunk, n - start), gap, seed0 + start))
         print(f"  {design.plan.name} sigma {design.sigma} gap {gap}: {start + len(parts[-1])}/{n} device-nights "
               f"({time.perf_counter() - t0:.0f} s)", flush=True)
+        so_far(pd.concat(parts, ignore_index=True))
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
 
 
@@ -177,15 +181,26 @@ def main() -> None:
             continue
         plan = design.plan
         t0 = time.perf_counter()
+        before = res.get(label, {})
         res[label] = {"quiet": None, "regressed": None, "sigma": design.sigma, "registry": design.registry,
                       "command": command(), "rule": rule_of(plan).model_dump(mode="json"), "blocks": plan.blocks,
                       "order": plan.order, "estimator": plan.decision.estimator,
                       "adaptive": plan.decision.adaptive is not None}
-        # regressed first: after each case the figures so far are written (a long run's quiet nights last)
-        res[label]["regressed"] = summary(measure(design, 0.05, args.regressed, args.seed + 2_000_000, args.chunk),
-                                          plan)
-        write(res)
-        res[label]["quiet"] = summary(measure(design, 0.0, args.quiet, args.seed, args.chunk), plan)
+        # regressed first: after each case the figures so far are written (a long run's quiet nights last);
+        # a case given 0 nights keeps the figures an earlier command measured (each case names its command)
+        for key, gap, n, seed in (("regressed", 0.05, args.regressed, args.seed + 2_000_000),
+                                  ("quiet", 0.0, args.quiet, args.seed)):
+            def partial(t: pd.DataFrame, key: str = key, n: int = n, plan: Plan = plan, label: str = label) -> None:
+                got = summary(t, plan)  # the nights so far: a stopped command keeps these
+                if got is not None and len(t) < n:
+                    res[label][key] = {**got, "command": command(), "stopped_after": len(t)}
+                    write(res)
+
+            got = summary(measure(design, gap, n, seed, args.chunk, partial), plan)
+            kept = before.get(key)
+            res[label][key] = ({**got, "command": command()} if got is not None else
+                               {"command": before.get("command", ""), **kept} if kept is not None else None)
+            write(res)
         res[label]["wall_s"] = round(time.perf_counter() - t0)
         print(json.dumps({label: res[label]}), flush=True)
         write(res)
@@ -213,9 +228,10 @@ def write(res: dict[str, Any]) -> None:
             "command": command()}
     RESULTS_JSON.write_text(json.dumps({"meta": meta, "designs": res}, indent=1) + "\n")
     lines = [f"# Nightly same-night confirmation on the simulated lab ({meta['date']}, {meta['machine']}, "
-             f"{meta['python']})", "", "Commands (each design's figures come from the command named in its row of "
-             "the last table):", ""]
-    lines += [f"- `{c}`" for c in dict.fromkeys(r["command"] for r in res.values())]
+             f"{meta['python']})", "", "Commands (each figure comes from the command named beside it in the goals "
+             "table):", ""]
+    lines += [f"- `{c}`" for c in dict.fromkeys(c.get("command", r["command"]) for r in res.values()
+                                               for c in (r.get("regressed"), r.get("quiet")) if c)]
     lines += ["",
               "Each device-night: a simulated A19-class phone (its own seed), candidate vs pinned reference through the",
               "scheduler, settle gate and sessions, then what `orch nightly` does: the night's comparison; when it is",
@@ -234,7 +250,9 @@ def write(res: dict[str, Any]) -> None:
                 lines.append(f"| {label} | {100 * r['sigma']:.0f}% | {case} | not measured | | | | | |")
                 continue
             cap = f"{s['cap_mean']:.0f} / {s['cap_max']}" if "cap_mean" in s else "120 / 120"
-            lines.append(f"| {label} | {100 * r['sigma']:.0f}% | {case} | {s['n']} | {s['alarmed']} "
+            stopped = f" (of {s['command'].split('--' + key + ' ')[1].split()[0]} asked; stopped)" \
+                if s.get("stopped_after") else ""
+            lines.append(f"| {label} | {100 * r['sigma']:.0f}% | {case} | {s['n']}{stopped} | {s['alarmed']} "
                          f"({100 * s['rate']:.2f}%) | {100 * s['lo']:.2f}-{100 * s['hi']:.2f}% | "
                          f"{100 * s['extended']:.1f}% | {cap} | {s['launches_per_arm']:.1f} |")
     regs = [(label, r) for label, r in res.items() if r.get("registry")]
@@ -250,11 +268,11 @@ def write(res: dict[str, Any]) -> None:
         if g is not None:
             lines.append(f"| {label} | 5% regression alarmed on its first night >= 90% | {100 * g['rate']:.1f}% "
                          f"({100 * g['lo']:.1f}-{100 * g['hi']:.1f}) | {'yes' if g['lo'] >= 0.9 else 'no'} | "
-                         f"`{r['command']}` |")
+                         f"`{g.get('command', r['command'])}` |")
         if q is not None:
             lines.append(f"| {label} | false alarms <= 0.1% of quiet device-nights | {q['alarmed']} of {q['n']}: "
                          f"upper 95% {100 * q['hi']:.3f}% | {'yes' if q['hi'] <= 0.001 else 'no'} | "
-                         f"`{r['command']}` |")
+                         f"`{q.get('command', r['command'])}` |")
     lines += ["", "A design is met when the whole 95% interval is on the goal's side.", "",
               "## The thresholds: the same nights under other alarm thresholds (night's final comparison)", "",
               "Alarmed device-nights, quiet / 5% regression (`p` one-sided p(slower), `>=` the slowdown):", ""]
