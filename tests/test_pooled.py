@@ -65,7 +65,7 @@ def test_heterogeneity_shows_a_phone_off_its_siblings() -> None:
     assert got["effect_heterogeneity_p"] < 0.01 and got["level_heterogeneity_p"] < 0.01, got
     assert "the effect differs between phones" in got["heterogeneous"] and "speeds differ" in got["heterogeneous"]
     assert "d3 0.9" in got["effect_by_device"], got["effect_by_device"]
-    assert "d3 stands apart from its siblings" in got["heterogeneous"], got
+    assert "d3 stands furthest from its siblings" in got["heterogeneous"], got
     # each phone's 95% interval beside its ratio: the odd phone's excludes its siblings' 5%
     intervals = dict(re.findall(r"(d\d) [0-9.]+ \[([0-9.]+-[0-9.]+)\]", got["effect_by_device"]))
     assert set(intervals) == {"d0", "d1", "d2", "d3"}, got["effect_by_device"]
