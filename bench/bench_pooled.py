@@ -170,12 +170,15 @@ def write(rows: list[dict[str, Any]], reps: int, phones: int) -> None:
               "7d462df): each phone against its siblings as well (Welch's t, Bonferroni over the phones and over the",
               "two tests). It flagged the 8%-off phone in 43.0% of classes (named it in 29.5%), with 1.5% false flags",
               "under no difference: fewer than Kruskal-Wallis alone, so the flag stayed Kruskal-Wallis; the per-phone",
-              "95% intervals beside the class verdict came from that change and stayed."]
+              "95% intervals beside the class verdict came from that change and stayed. Kruskal-Wallis flagged 51%",
+              "before the members kept in step (22.0 launches per arm per phone then, 20.7 now: a class that stops",
+              "sooner gives each phone's own interval less to rest on)."]
     lines += ["", "Where the wall time went: a class's wall time is its slowest member's device time, and looks are",
               "taken at round ends (every member done with one sequence number). Members drifted apart: one",
               "running ahead of its siblings ran trials no look counted until the slowest caught up, and when the",
-              "class decided first they were time for nothing (before: 11.2 launches per arm per phone at a 5% gap",
-              "where the deciding look had 38.2 per arm for all four, 9.6 each; wall ratio 0.32). A member now starts",
+              "class decided first they were time for nothing (before, bench/results/pooled.md at commit 1bde01b: 11.2",
+              "launches per arm per phone at a 5% gap where the deciding look had 38.2 per arm for all four, 9.6 each;",
+              "wall ratio 0.32, and 0.28 under no difference). A member now starts",
               "trial s only once every sibling still running has finished s - 1 (`ClassPool.turn`), so a class",
               "stops with its members within one trial of each other. The simulated phones each keep their own",
               "virtual clock, so their drift here was in trial counts; on real phones a faster-cooling member",

@@ -12,9 +12,9 @@ phone's ratio with its 95% interval (t over its block differences).
 
 What it can see (bench/results/pooled.md): a class stops once the pooled question is answered, so each
 phone's interval rests on its share of the launches (about 20 per arm at a 5% class effect; ±4-5% at 6%
-noise): a phone 8% off its siblings is flagged in about half of the classes. Testing each phone against
-its siblings as well (Welch, Bonferroni over the phones and the two tests) flagged fewer (43% against
-KW's 51%), so the flag stays Kruskal-Wallis. A phone's own interval says what it is consistent with; a
+noise): a phone 8% off its siblings is flagged in 46% of the classes. Testing each phone against its
+siblings as well (Welch, Bonferroni over the phones and the two tests) flagged fewer (43%), so the flag
+stays Kruskal-Wallis. A phone's own interval says what it is consistent with; a
 class that must clear every phone needs more blocks than the pooled answer does.
 """
 
