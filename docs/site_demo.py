@@ -73,7 +73,9 @@ def main() -> None:
     stamp = datetime(2026, 11, NIGHTS, 7, 0, tzinfo=UTC)
     import_files([captured / "llama-bench.json", captured / "mlx-lm-benchmark.txt"], results / "history",
                  lambda: stamp, model="llama-m110-s0", device="mac-m4")
-    import_files([captured / "litert-lm-benchmark.txt"], results / "history", lambda: stamp, device="mac-m4")
+    # The second: a run LiteRT-LM reported as failed (and exited 0), listed as failed.
+    import_files([captured / "litert-lm-benchmark.txt", captured / "litert-lm-missing-model.txt"],
+                 results / "history", lambda: stamp, device="mac-m4")
     site = tmp / "site"
     publish(results, results / "history", site, load_ceilings(ROOT / "configs" / "ceilings.yaml"))
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
