@@ -25,6 +25,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from demo_lab import nightly_lab  # noqa: E402
+
 from orchestrator.config.candidates import load_ceilings  # noqa: E402
 from orchestrator.night import run_night  # noqa: E402
 from orchestrator.report.site import publish  # noqa: E402
@@ -34,16 +36,7 @@ NIGHTS, SLOW_FROM = 14, 9
 
 
 def fleet(night: int) -> dict[str, object]:
-    builds = {"ref": 1.0} | {f"n{k:02d}": 0.94 if k >= SLOW_FROM else 1.0 for k in range(1, NIGHTS + 1)}
-    return {"name": "demo", "devices": [
-        {"id": "iphone17pro", "kind": "sim", "model": "iPhone 17 Pro", "chip_class": "A19 Pro", "seed": 100 + night,
-         "bandwidth_gb_s": 60, "runtimes": {"rawloop-metal": {"bytes_per_token": 783e6, "efficiency": 0.73,
-                                                              "builds": builds}}},
-        {"id": "mac-m4", "kind": "sim", "model": "Mac mini (M4)", "chip_class": "M4", "seed": 200 + night,
-         "bandwidth_gb_s": 100, "noise": {"sigma": 0.03},
-         "runtimes": {"rawloop-metal": {"bytes_per_token": 783e6, "efficiency": 0.8,
-                                        "builds": dict.fromkeys(builds, 1.0)}}},
-    ]}
+    return nightly_lab(night, NIGHTS, slow_from=SLOW_FROM)
 
 
 def shoot(chromium: str, page: Path, png: Path, height: int) -> None:

@@ -41,7 +41,8 @@ from orchestrator.results.history_store import (
     check_night,
     compact_night,
 )
-from orchestrator.results.store import RunDir, find_run, stops, write_atomic
+from orchestrator.results.store import RunDir, find_run, write_atomic
+from orchestrator.results.trials import stop_records
 
 __all__ = ["NightlyOutcome", "resume_command", "run_night", "summarize", "write_reports"]
 
@@ -218,5 +219,5 @@ async def _config_night(run: RunDir, night: str, results: Path, history: Path,
 
 
 def _ended(run: RunDir, config: str, devices: list[str]) -> dict[tuple[str, str], str]:
-    ended = {d: s.reason for d, s in stops(run.records()).items()}
+    ended = {d: s.reason for d, s in stop_records(run.records()).items()}
     return {(config, d): f"session {ended.get(d, 'interrupted')} (run {run.run_id})" for d in devices}

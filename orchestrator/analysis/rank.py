@@ -17,7 +17,7 @@ import pandas as pd
 from orchestrator.analysis.audit import ceiling_for, chip_class, probe_gb_s, reading
 from orchestrator.config.candidates import Candidate, CandidateTable, CeilingTable, Range
 from orchestrator.results.records import Manifest
-from orchestrator.results.store import usable
+from orchestrator.results.trials import usable
 
 OBS_COLUMNS = [
     "run_id", "model", "chip_class", "device", "runtime", "status", "decode_tok_s", "bytes_per_decode_token",

@@ -28,6 +28,7 @@ from typing import Any
 import pandas as pd
 
 from orchestrator.config.candidates import CeilingTable
+from orchestrator.derive import derive
 from orchestrator.report import site_imports, site_pages
 from orchestrator.results.imports import store as imports_store
 from orchestrator.results.store import RUN_ID, RunDir, RunUnreadable
@@ -168,7 +169,7 @@ def publish(results: Path, history: Path | None, out: Path, ceilings: CeilingTab
         if made.get(run_id) == fp and (dest / "report.html").exists():
             outcome.unchanged += 1
         elif run.journal_path.exists():
-            outcome.written += render(run, dest, ceilings)[:1]
+            outcome.written += render(derive(run, ceilings), dest)[:1]
             made[run_id] = fp
         else:
             row["report"] = None  # a run created but not started: nothing to report yet
