@@ -79,7 +79,7 @@ def main() -> None:
     imported = site / "imported.html"  # the index scrolled to the imported section (a screenshot has no scroll)
     imported.write_text((site / "index.html").read_text().replace('<h1>orch: the morning view</h1>', '', 1)
                         .replace('id="overview"', 'id="overview" style="display:none"', 1))
-    shoot(chromium, imported, ROOT / "docs" / "site-imported.png", 520)
+    shoot(chromium, imported, ROOT / "docs" / "site-imported.png", 640)
     print(f"wrote docs/site-overview.png, docs/site-series.png and docs/site-imported.png (from {site})")
 
 
