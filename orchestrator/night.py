@@ -33,6 +33,7 @@ from orchestrator.analysis.nightly import (
 from orchestrator.config.plan import NightlyAlarm
 from orchestrator.report.nightly import junit_xml, markdown
 from orchestrator.results import history as history_db
+from orchestrator.results.history_rollup import refresh_rollups
 from orchestrator.results.history_store import (
     SERIES_COLUMNS,
     NightlyInputError,
@@ -152,6 +153,7 @@ async def run_night(
         for run, _ in firsts:
             why |= await _config_night(run, night, results, history, announce)
         compact_night(history, night)
+        refresh_rollups(history)  # nights from before rank's rollups get theirs once
         summary = summarize(history, night, planned, {m.plan.name: rule_of(m.plan) for _, m in firsts}, why)
     except BaseException as exc:
         stopped = isinstance(exc, KeyboardInterrupt | asyncio.CancelledError)
