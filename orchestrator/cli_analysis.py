@@ -340,7 +340,7 @@ def import_cmd(
         return
     out.print(frame_table(f"Imported into {history} (not interleaved, not settled: never decision-grade)", rows, {
         "source_file": "", "source_line": "d", "source_format": "", "model": "", "device": "", "test": "",
-        "tok_s": ".2f", "tok_s_stddev": ".2f", "night": ""}))
+        "status": "", "failure_kind": "", "tok_s": ".2f", "tok_s_stddev": ".2f", "night": ""}))
 
 
 COMMANDS: dict[str, Callable[..., None]] = {"audit": audit_cmd, "rank": rank_cmd, "nightly": nightly_cmd,

@@ -224,6 +224,7 @@ def test_a_failed_run_is_kept_as_failed_and_never_counts_as_a_measurement(tmp_pa
     assert failed["source_line"] == 1 and "could not find" in failed["failure"]
     alone = runner.invoke(app, ["import", str(LITERT_MISSING), "--history", str(tmp_path / "h2")])
     assert alone.exit_code == 0, alone.output  # imported (as a failed run), not refused
+    assert "failed" in alone.output and "model_not_found" in alone.output, "the table says it failed, and how"
     assert load(tmp_path / "h2")["status"].tolist() == ["failed"]
 
 
