@@ -25,6 +25,7 @@ sys.path.insert(0, str(ROOT))
 
 from orchestrator import core  # noqa: E402
 from orchestrator.config import Fleet, Plan  # noqa: E402
+from orchestrator.derive import derive  # noqa: E402
 from orchestrator.devices import open_device  # noqa: E402
 from orchestrator.devices.base import Device  # noqa: E402
 from orchestrator.results import Journal  # noqa: E402
@@ -110,7 +111,7 @@ def fleet_run(tmp: Path, devices: int = 256, blocks: int = 20) -> dict[str, floa
     outcome = asyncio.run(core.execute(run))
     wall = time.perf_counter() - t0
     t1 = time.perf_counter()
-    core.derive(run)
+    derive(run)
     return {
         "devices": devices, "trials": len(outcome.trials), "wall_s": wall,
         "derive_s": time.perf_counter() - t1,

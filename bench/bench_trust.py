@@ -44,7 +44,8 @@ from orchestrator import core  # noqa: E402
 from orchestrator.analysis.summary import verdicts  # noqa: E402
 from orchestrator.config import Fleet, Plan  # noqa: E402
 from orchestrator.results.records import AttemptSpoiled, TrialRecord  # noqa: E402
-from orchestrator.results.store import RunDir, load_trials, usable  # noqa: E402
+from orchestrator.results.store import RunDir  # noqa: E402
+from orchestrator.results.trials import load_trials, usable  # noqa: E402
 
 ORCH = str(Path(sys.executable).with_name("orch"))
 MODEL = Path("~/.cache/orch/models/llama-m110-s0/model-Q8_0.gguf").expanduser()  # orch model make --size m110

@@ -20,7 +20,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from demo_lab import nightly_lab  # noqa: E402
+
 from orchestrator.config.candidates import load_ceilings  # noqa: E402
+from orchestrator.derive import derive  # noqa: E402
 from orchestrator.night import run_night  # noqa: E402
 from orchestrator.report.html import render  # noqa: E402
 from orchestrator.results.store import RunDir  # noqa: E402
@@ -29,18 +32,10 @@ NIGHTS, SLOW_FROM = 12, 8
 
 
 def fleet(night: int) -> dict[str, object]:
-    builds = {"ref": 1.0} | {f"n{k:02d}": 0.94 if k >= SLOW_FROM else 1.0 for k in range(1, NIGHTS + 1)}
-    return {"name": "demo", "devices": [
-        {"id": "iphone17pro", "kind": "sim", "model": "iPhone 17 Pro", "chip_class": "A19 Pro", "seed": 100 + night,
-         "bandwidth_gb_s": 60, "faults": {"crash": 0.04, "hang": 0.01},
-         "runtimes": {"rawloop-metal": {"bytes_per_token": 783e6, "efficiency": 0.73, "builds": builds,
-                                        "prefill_tok_s": {1: 72, 4: 94.7, 16: 300}}}},
-        {"id": "mac-m4", "kind": "sim", "model": "Mac mini (M4)", "chip_class": "M4", "seed": 200 + night,
-         "bandwidth_gb_s": 100, "noise": {"sigma": 0.03},
-         "thermal": {"idle_rise_c": 6, "heat_c_per_s": 0.05, "fair_c": 45, "serious_c": 55, "critical_c": 65},
-         "runtimes": {"rawloop-metal": {"bytes_per_token": 783e6, "efficiency": 0.8,
-                                        "builds": {k: 1.0 for k in builds}}}},
-    ]}
+    return nightly_lab(night, NIGHTS, slow_from=SLOW_FROM, phone={"faults": {"crash": 0.04, "hang": 0.01}},
+                       phone_runtime={"prefill_tok_s": {1: 72, 4: 94.7, 16: 300}},
+                       mac={"thermal": {"idle_rise_c": 6, "heat_c_per_s": 0.05, "fair_c": 45, "serious_c": 55,
+                                        "critical_c": 65}})
 
 
 def _trim(png: Path) -> None:
@@ -68,7 +63,8 @@ def main() -> None:
         status = ", ".join(f"{r['device']} {r['status']}" for r in outcome.summary.tonight.to_dict("records"))
         print(f"night {night}: {status}")
     run = RunDir(results / outcome.run_ids[-1])
-    html, _ = render(run, tmp / "report", load_ceilings(ROOT / "configs" / "ceilings.yaml"), results / "history")
+    derived = derive(run, load_ceilings(ROOT / "configs" / "ceilings.yaml"))
+    html, _ = render(derived, tmp / "report", results / "history")
     shot = ROOT / "docs" / "report-screenshot.png"
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if chromium is None:

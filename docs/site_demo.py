@@ -25,6 +25,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from demo_lab import nightly_lab  # noqa: E402
+
 from orchestrator.config.candidates import load_ceilings  # noqa: E402
 from orchestrator.night import run_night  # noqa: E402
 from orchestrator.report.site import publish  # noqa: E402
@@ -34,16 +36,7 @@ NIGHTS, SLOW_FROM = 14, 9
 
 
 def fleet(night: int) -> dict[str, object]:
-    builds = {"ref": 1.0} | {f"n{k:02d}": 0.94 if k >= SLOW_FROM else 1.0 for k in range(1, NIGHTS + 1)}
-    return {"name": "demo", "devices": [
-        {"id": "iphone17pro", "kind": "sim", "model": "iPhone 17 Pro", "chip_class": "A19 Pro", "seed": 100 + night,
-         "bandwidth_gb_s": 60, "runtimes": {"rawloop-metal": {"bytes_per_token": 783e6, "efficiency": 0.73,
-                                                              "builds": builds}}},
-        {"id": "mac-m4", "kind": "sim", "model": "Mac mini (M4)", "chip_class": "M4", "seed": 200 + night,
-         "bandwidth_gb_s": 100, "noise": {"sigma": 0.03},
-         "runtimes": {"rawloop-metal": {"bytes_per_token": 783e6, "efficiency": 0.8,
-                                        "builds": dict.fromkeys(builds, 1.0)}}},
-    ]}
+    return nightly_lab(night, NIGHTS, slow_from=SLOW_FROM)
 
 
 def shoot(chromium: str, page: Path, png: Path, height: int) -> None:
@@ -73,7 +66,9 @@ def main() -> None:
     stamp = datetime(2026, 11, NIGHTS, 7, 0, tzinfo=UTC)
     import_files([captured / "llama-bench.json", captured / "mlx-lm-benchmark.txt"], results / "history",
                  lambda: stamp, model="llama-m110-s0", device="mac-m4")
-    import_files([captured / "litert-lm-benchmark.txt"], results / "history", lambda: stamp, device="mac-m4")
+    # The second: a run LiteRT-LM reported as failed (and exited 0), listed as failed.
+    import_files([captured / "litert-lm-benchmark.txt", captured / "litert-lm-missing-model.txt"],
+                 results / "history", lambda: stamp, device="mac-m4")
     site = tmp / "site"
     publish(results, results / "history", site, load_ceilings(ROOT / "configs" / "ceilings.yaml"))
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -84,7 +79,7 @@ def main() -> None:
     imported = site / "imported.html"  # the index scrolled to the imported section (a screenshot has no scroll)
     imported.write_text((site / "index.html").read_text().replace('<h1>orch: the morning view</h1>', '', 1)
                         .replace('id="overview"', 'id="overview" style="display:none"', 1))
-    shoot(chromium, imported, ROOT / "docs" / "site-imported.png", 520)
+    shoot(chromium, imported, ROOT / "docs" / "site-imported.png", 640)
     print(f"wrote docs/site-overview.png, docs/site-series.png and docs/site-imported.png (from {site})")
 
 

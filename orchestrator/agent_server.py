@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 from typing import TextIO
 
 from orchestrator.config.fleet import Fleet
 from orchestrator.devices import open_device
-from orchestrator.devices.agent_client import AgentCpu, AgentError, Pushed, Reply, Request
+from orchestrator.devices.agent_client import AGENT_PROTOCOL, AgentCpu, AgentError, Pushed, Reply, Request
 from orchestrator.devices.base import Device
 from orchestrator.protocol import TrialResult
 from orchestrator.protocol.device import DeviceUnavailable
@@ -42,8 +43,8 @@ async def _handle(req: Request, device: Device | None, stdout: TextIO) -> tuple[
         return Reply(id=req.id, report=await device.prepare(req.artifacts, progress=pushed)), device
     if req.op == "telemetry":
         return Reply(id=req.id, telemetry=await device.telemetry()), device
-    if req.op == "probe":
-        return Reply(id=req.id, probe=await device.probe()), device
+    if req.op == "stream_probe":
+        return Reply(id=req.id, stream_probe=await device.stream_probe()), device
     if req.op == "throttle_probe":
         return Reply(id=req.id, throughput=await device.throttle_probe()), device
     if req.op == "cpu_sample":
@@ -63,6 +64,16 @@ async def _handle(req: Request, device: Device | None, stdout: TextIO) -> tuple[
     return Reply(id=req.id), None
 
 
+def _protocol_of(line: str) -> object:
+    """The agent protocol a request line says it speaks (checked before the request itself: another
+    version's operations would only read as a bad request)."""
+    try:
+        sent = json.loads(line)
+    except ValueError:
+        return AGENT_PROTOCOL  # not JSON: the request's own check says what is wrong
+    return sent.get("protocol", AGENT_PROTOCOL) if isinstance(sent, dict) else AGENT_PROTOCOL
+
+
 async def serve(stdin: TextIO, stdout: TextIO) -> int:
     """One request per line in, one reply per line out, until end of input or `close`."""
     loop = asyncio.get_running_loop()
@@ -73,6 +84,11 @@ async def serve(stdin: TextIO, stdout: TextIO) -> int:
             if not line:
                 return 0
             if not line.strip():
+                continue
+            if (theirs := _protocol_of(line)) != AGENT_PROTOCOL:
+                _send(stdout, Reply(id=-1, error=AgentError(kind="bad_request", message=(
+                    f"the controller speaks agent protocol {theirs}, this agent {AGENT_PROTOCOL}: run the same orch "
+                    "on both (a fleet's host gets the controller's own when it connects)"))))
                 continue
             try:
                 req = Request.model_validate_json(line)

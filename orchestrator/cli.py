@@ -19,7 +19,7 @@ from typer.core import TyperGroup
 from orchestrator import core
 from orchestrator.analysis.gating import mismatched
 from orchestrator.cli_analysis import register as register_analysis
-from orchestrator.cli_common import Results, bad_input, err, fail, out
+from orchestrator.cli_common import Results, bad_input, default_ceilings, err, fail, out
 from orchestrator.cli_plan import register as register_plan
 from orchestrator.cli_runtimes import register as register_runtimes
 from orchestrator.cli_twin import register as register_twin
@@ -27,6 +27,7 @@ from orchestrator.config import MAX_SEED, MIN_SEED
 from orchestrator.config.fleet import Fleet
 from orchestrator.config.loader import ConfigError, load_any, load_fleet
 from orchestrator.config.plan import Plan
+from orchestrator.derive import RunOutcome, derive
 from orchestrator.report.console import (
     LiveProgress,
     budget_note,
@@ -37,16 +38,9 @@ from orchestrator.report.console import (
     verdict_table,
 )
 from orchestrator.results.journal import JournalWriteError
-from orchestrator.results.records import EARLY_STOPS, TrialRecord
-from orchestrator.results.store import (
-    RunDir,
-    RunLocked,
-    RunNotFound,
-    RunNotWritable,
-    RunUnreadable,
-    excluded_words,
-    find_run,
-)
+from orchestrator.results.records import EARLY_STOPS
+from orchestrator.results.store import TABLES, RunDir, RunLocked, RunNotFound, RunNotWritable, RunUnreadable, find_run
+from orchestrator.results.trials import excluded_words, finished_by_device
 
 BAD_INPUT = (ConfigError, RunNotFound, RunUnreadable)
 REFUSED = (RunLocked, RunNotWritable, JournalWriteError, OSError)
@@ -109,14 +103,12 @@ def run(
 
 def _execute(run_dir: RunDir, results: Path, accept_change: bool = False) -> None:
     manifest = run_dir.manifest()
-    done: dict[str, int] = {}
-    for rec in run_dir.records():
-        if isinstance(rec, TrialRecord):
-            done[rec.device] = done.get(rec.device, 0) + 1
     again = f"orch run --resume {run_dir.run_id} --results {results}"
+    ceilings = default_ceilings()
     try:
-        with LiveProgress(out, manifest, done) as live:
-            outcome = asyncio.run(core.execute(run_dir, observe=live.observe, accept_change=accept_change))
+        with LiveProgress(out, manifest, finished_by_device(run_dir.records())) as live:
+            outcome = asyncio.run(core.execute(run_dir, observe=live.observe, accept_change=accept_change,
+                                               ceilings=ceilings))
     except KeyboardInterrupt:
         fail(f"interrupted: the journal is intact. Resume with: {again}", 130)
     except JournalWriteError as exc:
@@ -128,10 +120,10 @@ def _execute(run_dir: RunDir, results: Path, accept_change: bool = False) -> Non
         raise typer.Exit(1)
 
 
-def _summary(outcome: core.RunOutcome) -> None:
+def _summary(outcome: RunOutcome) -> None:
     for warning in outcome.warnings:
         err.print(f"warning: {warning}", markup=False, highlight=False)
-    out.print(session_table(outcome.trials, dict(outcome.stops), outcome.manifest, outcome.device_time))
+    out.print(session_table(outcome.sessions, outcome.manifest))
     for device, reason in outcome.stops.items():
         if reason not in ("completed", *EARLY_STOPS) and device in outcome.details:
             err.print(f"{device}: {reason}: {outcome.details[device]}", markup=False, highlight=False)
@@ -140,12 +132,11 @@ def _summary(outcome: core.RunOutcome) -> None:
         out.print(class_table(outcome.class_verdicts))
     if (words := excluded_words(outcome.trials)) is not None:
         out.print(words, markup=False, highlight=False)
-    for note in budget_note(outcome.device_time, dict(outcome.stops), outcome.verdicts):
+    for note in budget_note(outcome.sessions, dict(outcome.stops), outcome.verdicts):
         out.print(note, markup=False, highlight=False)
-    files = "journal.jsonl, trials.parquet, verdicts.csv, device_time.csv"
+    files = ", ".join(["journal.jsonl", *(f for f in TABLES.values() if (outcome.run.path / f).exists())])
     if len(outcome.gates):
         out.print(gates_table(outcome.gates))
-        files += ", token_gates.csv"
         if bad := mismatched(outcome.gates):
             err.print(f"token gate mismatch: {', '.join(bad)} decoded other tokens than the reference; "
                       "its speed is not comparable (see the gates above)", markup=False, highlight=False)
@@ -159,8 +150,8 @@ def show(
     as_json: Annotated[bool, typer.Option("--json", help="One JSON document (trials.parquet and verdicts.csv "
                                                          "columns) instead of tables")] = False,
 ) -> None:
-    """Print a run's summary and verdicts again (rebuilt from its journal)."""
-    outcome = core.derive(find_run(results, run_id))
+    """Print a run's summary and verdicts again (the tables derive wrote from its journal)."""
+    outcome = derive(find_run(results, run_id))
     if not as_json:
         _summary(outcome)
         return
@@ -168,7 +159,8 @@ def show(
 
     print(document("show", run_id=outcome.run.run_id, plan=outcome.manifest.plan.name, completed=outcome.completed,
                    stops={d: str(r) for d, r in outcome.stops.items()}, trials=records(outcome.trials),
-                   verdicts=records(outcome.verdicts), token_gates=records(outcome.gates),
+                   sessions=records(outcome.sessions), verdicts=records(outcome.verdicts),
+                   token_gates=records(outcome.gates),
                    warnings=list(outcome.warnings)), end="")
 
 

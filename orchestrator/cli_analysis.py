@@ -16,14 +16,16 @@ from typing import Annotated, Any
 import pandas as pd
 import typer
 from rich.table import Table
+from rich.text import Text
 
-from orchestrator.cli_common import Results, bad_input, err, out
+from orchestrator.cli_common import DEFAULT_CEILINGS, Results, bad_input, err, out
+from orchestrator.config.candidates import CeilingTable
 from orchestrator.config.loader import ConfigError
+from orchestrator.derive import RunOutcome
 from orchestrator.report.console import frame_table
 from orchestrator.results.store import RunDir, RunNotFound, find_run
 
 Ceilings = Annotated[Path, typer.Option("--ceilings", help="Bandwidth ceilings per chip class")]
-DEFAULT_CEILINGS = Path("configs/ceilings.yaml")
 
 
 class Format(StrEnum):
@@ -61,13 +63,25 @@ def _run(results: Path, run: str) -> RunDir:
         bad_input(str(exc))
 
 
-def _finished(run: RunDir) -> pd.DataFrame:
-    from orchestrator.results.store import load_trials
+def _derived(run: RunDir, ceilings: CeilingTable | None = None) -> RunOutcome:
+    """The run's tables as derive wrote them (derived first where the journal changed since); refused when
+    no trial finished."""
+    from orchestrator.derive import derive
 
-    trials = load_trials(run.path)
-    if not (trials["status"] == "ok").any():
+    outcome = derive(run, ceilings)
+    trials = outcome.trials
+    if not len(trials) or not (trials["status"] == "ok").any():
         bad_input(f"run {run.run_id} has no finished trials ({len(trials)} failed): nothing to analyse")
-    return trials
+    return outcome
+
+
+def _ceilings(path: Path) -> CeilingTable:
+    from orchestrator.config.candidates import load_ceilings
+
+    try:
+        return load_ceilings(path)
+    except ConfigError as exc:
+        bad_input(str(exc))
 
 
 def _emit(frame: pd.DataFrame, fmt: Format, dest: Path | None, table: Table) -> None:
@@ -92,48 +106,19 @@ def audit_cmd(
     as_json: AsJson = False,
 ) -> None:
     """Effective GB/s vs the bandwidth ceiling per device and arm; the prefill view by chunk width."""
-    from orchestrator.analysis.audit import RULE, audit, prefill_view
-    from orchestrator.config.candidates import load_ceilings
-    from orchestrator.results.store import excluded_words
+    from orchestrator.report.console_analysis import audit_view
 
     run_dir = _run(results, run)
-    try:
-        table = load_ceilings(ceilings)
-    except ConfigError as exc:
-        bad_input(str(exc))
-    trials, manifest = _finished(run_dir), run_dir.manifest()
-    frame = audit(trials, manifest, table, seed=manifest.seed)
+    outcome = _derived(run_dir, _ceilings(ceilings))
+    trials, manifest, frame = outcome.trials, outcome.manifest, outcome.audit
     if as_json:
         _document("audit", dest, run_id=run_dir.run_id, rows=records(frame))
         return
     if fmt is not Format.table:
         _emit(frame, fmt, dest, Table())
         return
-    out.print(f"[bold]Audit[/] of {run_dir.run_id} ({manifest.plan.model}): {RULE}", highlight=False)
-    view = frame.assign(
-        tok=[f"{r:.1f} [{lo:.1f}, {hi:.1f}]" for r, lo, hi in
-             zip(frame["decode_tok_s"], frame["decode_ci_low"], frame["decode_ci_high"], strict=True)],
-        eff=[f"{r:.1f} [{lo:.1f}, {hi:.1f}]" for r, lo, hi in
-             zip(frame["effective_gb_s"], frame["effective_ci_low"], frame["effective_ci_high"], strict=True)],
-        mb=frame["bytes_per_token"] / 1e6,
-    )
-    out.print(frame_table("Decode: effective bandwidth against the ceiling", view, {
-        "device": "", "chip_class": "", "arm": "", "n": "d", "n_excluded": "d", "tok": "", "mb": ".0f", "eff": "",
-        "ceiling_gb_s": ".1f", "ratio": ".0%", "ceiling_tok_s": ".1f", "reading": "",
-    }))
-    if (words := excluded_words(trials)) is not None:
-        out.print(words, markup=False, highlight=False)
-    out.print("columns: tok = decode tok/s median [95% CI]; mb = MB read per token; eff = effective GB/s; "
-              "ceiling_tok_s = decode tok/s at the ceiling. Ceilings: "
-              + "; ".join(f"{c}: {s}" for c, s in sorted(set(zip(frame["chip_class"], frame["ceiling_source"],
-                                                                  strict=True)))), highlight=False)
-    pre = prefill_view(trials, manifest, table)
-    if len(pre):
-        pre = pre.assign(mb=pre["bytes_per_prefill_token"] / 1e6)
-        out.print(frame_table("Prefill: weights read once per M tokens (bound = ceiling x M / weight bytes)", pre, {
-            "device": "", "arm": "", "chunk_width": "d", "mb": ".1f", "bound_tok_s": ".0f", "prefill_tok_s": ".1f",
-            "regime": "",
-        }))
+    for part in audit_view(run_dir.run_id, manifest.plan.model, trials, frame, outcome.prefill):
+        out.print(part, highlight=False, soft_wrap=isinstance(part, Text))
 
 
 def rank_cmd(
@@ -150,7 +135,7 @@ def rank_cmd(
     """Re-rank the candidate table with measured runs: measured vs expected, audit headroom, gates."""
     from orchestrator.analysis.rank import empty_observations, observations, rank, rank_summary, summarize_history
     from orchestrator.config.candidates import load_candidates, load_ceilings
-    from orchestrator.results.store import excluded_words
+    from orchestrator.results.trials import excluded_words
 
     try:
         table, ceil = load_candidates(candidates), load_ceilings(ceilings)
@@ -158,8 +143,8 @@ def rank_cmd(
         bad_input(str(exc))
     frames = [empty_observations()]
     for r in runs or []:
-        run_dir = _run(results, r)
-        frames.append(observations(_finished(run_dir), run_dir.manifest()))
+        outcome = _derived(_run(results, r))
+        frames.append(observations(outcome.trials, outcome.manifest))
     if history is not None and not (history / "trials").is_dir():
         bad_input(f"no nightly history under {history} (expected {history}/trials/night=*/)")
     obs = pd.concat([f for f in frames if len(f)], ignore_index=True) if any(len(f) for f in frames) else frames[0]
@@ -179,21 +164,6 @@ def rank_cmd(
     if fmt is Format.table and table.non_candidates:
         out.print("Non-candidates: " + "; ".join(f"{n.target}: {n.reason}" for n in table.non_candidates),
                   highlight=False)
-
-
-def _night_tables(outcome: Any) -> None:
-    s = outcome.summary
-    tonight = s.tonight.assign(builds=s.tonight["candidate_build"] + " vs " + s.tonight["reference_build"])
-    out.print(frame_table(f"Nightly {s.night}: runs {', '.join(outcome.run_ids)}", tonight, {
-        "config": "", "device": "", "builds": "", "ratio": ".3f", "ci_low": ".3f", "ci_high": ".3f",
-        "p_one_sided_slower": ".4f", "streak": "d", "status": "", "since": "", "reason": "",
-    }))
-    for config, device, why in s.missing:
-        out.print(f"no data {config} / {device}: {why}", markup=False, highlight=False, style="yellow")
-    for r in s.changes.to_dict("records"):
-        out.print(f"change point: {r['config']} / {r['device']} {r['signal']} from {r['night']} "
-                  f"({r['shift']:+.1%})")
-    out.print(f"junit: {outcome.junit_path}  summary: {outcome.summary_path}", soft_wrap=True)
 
 
 def nightly_cmd(
@@ -249,7 +219,10 @@ def nightly_cmd(
                       tonight=records(s.tonight), missing=missing, changes=records(s.changes),
                       junit=str(outcome.junit_path), summary=str(outcome.summary_path))
         else:
-            _night_tables(outcome)
+            from orchestrator.report.console_analysis import night_view
+
+            for part in night_view(s, outcome.run_ids, outcome.junit_path, outcome.summary_path):
+                out.print(part, highlight=False, soft_wrap=isinstance(part, Text))
     except (ConfigError, NightlyInputError, RunNotFound) as exc:
         bad_input(str(exc))
     except KeyboardInterrupt:
@@ -278,9 +251,9 @@ def export_tuning_cmd(
     from orchestrator.analysis import tuning
 
     run_dir = _run(results, run)
-    trials = _finished(run_dir)
+    outcome = _derived(run_dir)
     try:
-        evidence = tuning.choose(trials, run_dir.manifest())
+        evidence = tuning.choose(outcome.trials, outcome.manifest)
     except tuning.TuningInputError as exc:
         bad_input(str(exc))
     paths = tuning.write(evidence, dest)
@@ -300,21 +273,16 @@ def report_cmd(
     history: Annotated[Path | None, typer.Option(help="Nightly history (default RESULTS/history if present)")] = None,
 ) -> None:
     """One self-contained HTML report (charts embedded, opens offline) plus markdown; failures included."""
-    from orchestrator.config.candidates import load_ceilings
+    from orchestrator.derive import derive
     from orchestrator.report.html import render
 
     run_dir = _run(results, run)
-    try:
-        table = load_ceilings(ceilings) if ceilings.exists() else None
-    except ConfigError as exc:
-        bad_input(str(exc))
+    table = _ceilings(ceilings) if ceilings.exists() else None
     if not run_dir.journal_path.exists():
         bad_input(f"run {run_dir.run_id} has no journal yet: nothing to report")
-    from orchestrator import core
-
-    core.derive(run_dir)  # once per journal state (written where the run can be locked); the report reads them
+    outcome = derive(run_dir, table)  # read back where derive wrote it for this journal; derived once where not
     hist = history if history is not None else results / "history"
-    for path in render(run_dir, dest or run_dir.path / "report", table, hist if hist.is_dir() else None):
+    for path in render(outcome, dest or run_dir.path / "report", hist if hist.is_dir() else None):
         out.print(f"wrote {path}", highlight=False)
 
 
@@ -325,17 +293,13 @@ def publish_cmd(
     ceilings: Ceilings = DEFAULT_CEILINGS,
 ) -> None:
     """A static site of every run and the nightly history: open SITE/index.html (offline, file:// or a server)."""
-    from orchestrator.config.candidates import load_ceilings
     from orchestrator.report.site import publish
 
     if not results.is_dir():
         bad_input(f"no results folder {results} (orch run and orch nightly write there; --results DIR)")
     if history is not None and not history.is_dir():
         bad_input(f"no nightly history under {history} (expected {history}/nights/night=*/)")
-    try:
-        table = load_ceilings(ceilings) if ceilings.exists() else None
-    except ConfigError as exc:
-        bad_input(str(exc))
+    table = _ceilings(ceilings) if ceilings.exists() else None
     hist = history if history is not None else results / "history"
     outcome = publish(results, hist if hist.is_dir() else None, dest, table)
     for run_id in outcome.skipped_runs:
@@ -377,7 +341,7 @@ def import_cmd(
         return
     out.print(frame_table(f"Imported into {history} (not interleaved, not settled: never decision-grade)", rows, {
         "source_file": "", "source_line": "d", "source_format": "", "model": "", "device": "", "test": "",
-        "tok_s": ".2f", "tok_s_stddev": ".2f", "night": ""}))
+        "status": "", "failure_kind": "", "tok_s": ".2f", "tok_s_stddev": ".2f", "night": ""}))
 
 
 COMMANDS: dict[str, Callable[..., None]] = {"audit": audit_cmd, "rank": rank_cmd, "nightly": nightly_cmd,

@@ -9,6 +9,9 @@ from typing import Annotated, NoReturn
 import typer
 from rich.console import Console
 
+from orchestrator.config.candidates import CeilingTable, load_ceilings
+from orchestrator.config.loader import ConfigError
+
 # A terminal gets its own width; a pipe or a file gets lines wide enough for the tables.
 out = Console(width=None if Console().is_terminal else 200)
 err = Console(stderr=True, width=None if Console().is_terminal else 200)
@@ -23,3 +26,18 @@ def fail(message: str, code: int) -> NoReturn:
 
 def bad_input(message: str) -> NoReturn:
     fail(message, 2)
+
+
+DEFAULT_CEILINGS = Path("configs/ceilings.yaml")
+
+
+def default_ceilings() -> CeilingTable | None:
+    """The lab's ceilings table (configs/ceilings.yaml under the working folder), for the audit a run's derive
+    writes; None (no audit table, said on stderr when the file is broken) when there is none."""
+    if not DEFAULT_CEILINGS.is_file():
+        return None
+    try:
+        return load_ceilings(DEFAULT_CEILINGS)
+    except ConfigError as exc:
+        err.print(f"warning: no audit table: {exc}", markup=False, highlight=False)
+        return None

@@ -11,12 +11,12 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
-from orchestrator.analysis.sizing import Sizing, noise_of, size
+from orchestrator.analysis.sizing import noise_of, size
 from orchestrator.cli_common import bad_input, err, out
 from orchestrator.config.loader import ConfigError, load_plan
 from orchestrator.config.plan import Plan
+from orchestrator.report.console_analysis import registry_table, sizing_table
 
 plan_app = typer.Typer(no_args_is_help=True, help="Plans before they run.")
 
@@ -48,7 +48,7 @@ def plan_size(
     else:
         noise = _noise_from(results, from_run or "", sized)
     rows = {who: size(sized, s, effect) for who, s in noise.items()}
-    out.print(_table(sized, rows, effect))
+    out.print(sizing_table(sized, rows, effect))
     short = [who for who, s in rows.items()
              if s.blocks_for_equivalence is None or s.blocks_for_equivalence > sized.blocks]
     if short:
@@ -92,53 +92,22 @@ def plan_noise(
         print(json.dumps([{**r, "age_days": round(age_days(str(r["measured_at"]), now), 2)}
                           for r in rows.to_dict("records")], default=str))
         return
-    table = Table(title=f"Noise registry ({results})", title_justify="left")
-    for col in ("device", "chip", "runtime", "model", "σ", "launches", "run", "age d"):
-        table.add_column(col)
-    for r in rows.to_dict("records"):
-        table.add_row(str(r["device"]), str(r["chip_class"]), str(r["runtime"]), str(r["model"]),
-                      f"{r['sigma']:.2%}", str(r["launches"]), str(r["run_id"]),
-                      f"{age_days(str(r['measured_at']), now):.1f}")
-    out.print(table)
+    out.print(registry_table(results, rows, now))
 
 
 def _noise_from(results: Path, run_id: str, plan: Plan) -> dict[str, float]:
-    from orchestrator.results.store import RunNotFound, RunUnreadable, find_run, load_trials
+    from orchestrator.derive import derive
+    from orchestrator.results.store import RunNotFound, RunUnreadable, find_run
 
     try:
-        run = find_run(results, run_id)
-        manifest = run.manifest()
-        trials = load_trials(run.path)
+        outcome = derive(find_run(results, run_id))  # the trial table derive wrote (derived once where stale)
     except (RunNotFound, RunUnreadable, OSError) as exc:
         bad_input(str(exc))
-    arms = manifest.plan.arms
-    noise = noise_of(trials, plan.decision, (arms[0].name, arms[1].name))
+    arms = outcome.manifest.plan.arms
+    noise = noise_of(outcome.trials, plan.decision, (arms[0].name, arms[1].name))
     if not noise:
         bad_input(f"run {run_id}: no device has both of {arms[0].name!r} and {arms[1].name!r} in a block")
     return noise
-
-
-def _table(plan: Plan, rows: dict[str, Sizing], effect: float) -> Table:
-    rule = plan.decision
-    cap = plan.launches_per_arm()
-    design = (f"adaptive: looks from {rule.adaptive.first_look} every {rule.adaptive.look_every} launches per arm, "
-              f"cap {cap}" if rule.adaptive else f"fixed: {cap} launches per arm")
-    table = Table(title=f"{plan.name}: {rule.estimator}, {design}; alpha {rule.alpha:g}, min effect "
-                        f"{rule.min_effect:.0%}, equivalence ±{rule.equivalence_margin:.0%}", title_justify="left")
-    for col in ("noise from", "σ", "no difference: equivalent / faster or slower / mean launches per arm",
-                f"{effect:+.0%}: faster / mean launches per arm", f"fixed design: launches for {effect:.0%} at "
-                f"{rule.power:.0%} power / for equivalence", f"blocks needed (plan: {plan.blocks})"):
-        table.add_column(col, justify="left" if col == "noise from" else "right")
-    for who, s in rows.items():
-        need = "not within 1000" if s.blocks_for_equivalence is None else str(s.blocks_for_equivalence)
-        table.add_row(who, f"{s.sigma:.2%}",
-                      f"{s.null.equivalent:.0%} / {s.null.faster + s.null.slower:.1%} / {s.null.mean_launches:.0f}",
-                      f"{s.alternative.faster:.0%} / {s.alternative.mean_launches:.0f}",
-                      f"{s.fixed_for_effect} / {s.fixed_for_equivalence}", need)
-    table.caption = ("Normal theory at the estimator's efficiency (median sqrt(pi/2), Hodges-Lehmann sqrt(pi/3)); "
-                     "launches per arm are means over runs. Blocks needed: the fewest with P(equivalent) >= "
-                     f"{rule.power:.0%} when there is no difference.")
-    return table
 
 
 def register(app: typer.Typer) -> None:

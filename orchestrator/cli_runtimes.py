@@ -14,10 +14,9 @@ from typing import Annotated
 
 import typer
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from orchestrator.cli_common import bad_input, err, out
-from orchestrator.report.console import gates_table
+from orchestrator.report.console import gates_table, runtimes_table, size_words
 from orchestrator.results.store import RunNotFound, find_run
 from orchestrator.runners import LocalRunner, Runner, RunnerError
 from orchestrator.runtimes import catalog
@@ -26,10 +25,6 @@ from orchestrator.runtimes.envs import InstallError, disk_used, install, install
 runtimes_app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
 
 
-
-
-def _size(n: int) -> str:
-    return f"{n / 1e9:.2f} GB" if n >= 1e9 else f"{n / 1e6:.0f} MB"
 
 
 FleetOpt = Annotated[Path | None, typer.Option("--fleet", help="Fleet file: act on its hosts (default: this machine)")]
@@ -141,7 +136,7 @@ def uninstall_cmd(
             except InstallError as exc:
                 err.print(f"{exc}\n{exc.tail}", markup=False, highlight=False)
                 return False
-            out.print(f"{_where(name, runner)}: removed ({_size(freed)} freed)" if freed else
+            out.print(f"{_where(name, runner)}: removed ({size_words(freed)} freed)" if freed else
                       f"{_where(name, runner)}: not installed", highlight=False)
         return True
 
@@ -183,15 +178,7 @@ def list_cmd(
 
         print(document("runtimes", runtimes=rows, failed=failed), end="")
         raise typer.Exit(1 if failed else 0)
-    table = Table(title="Runtimes")
-    for col in ("host", "runtime", "installed", "versions", "disk", "how"):
-        table.add_column(col)
-    for r in rows:
-        versions = ", ".join(f"{k} {v}" for k, v in dict(r["versions"]).items())  # type: ignore[call-overload]
-        disk = _size(int(str(r["disk_bytes"]))) if r["disk_bytes"] else "-"
-        table.add_row(str(r["host"]), str(r["runtime"]), "yes" if r["installed"] else "no", versions or "-", disk,
-                      str(r.get("install") or r["what"]))
-    out.print(table)
+    out.print(runtimes_table(rows))
     raise typer.Exit(1 if failed else 0)
 
 

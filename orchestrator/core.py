@@ -11,47 +11,31 @@ import hashlib
 import json
 import os
 import platform
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
 
 import pandas as pd
 
-from orchestrator.analysis import noise
-from orchestrator.analysis.devicetime import costs
-from orchestrator.analysis.gating import gates_of
-from orchestrator.analysis.pooled import class_verdicts
 from orchestrator.analysis.prerun import mde_notes
-from orchestrator.analysis.summary import verdicts
+from orchestrator.config.candidates import CeilingTable
 from orchestrator.config.fleet import Fleet, HostDeviceConfig, IphoneDeviceConfig
 from orchestrator.config.loader import ConfigError, Problem, key_line, load_fleet, load_plan
 from orchestrator.config.plan import Plan
 from orchestrator.config.sim import SimDeviceConfig
+from orchestrator.derive import RunOutcome, all_ran, derive_locked, stop_reasons
 from orchestrator.devices import open_device
 from orchestrator.protocol.device import Artifacts, DeviceInfo, DeviceUnavailable, Health, Telemetry
 from orchestrator.results.journal import Journal
 from orchestrator.results.records import (
-    EARLY_STOPS,
     Manifest,
     Record,
     RunFinished,
     RunStarted,
-    StopReason,
-    device_chips,
 )
-from orchestrator.results.store import (
-    RunDir,
-    RunLocked,
-    RunNotWritable,
-    create_run,
-    new_run_id,
-    read_registry,
-    stops,
-    trial_rows,
-    write_atomic,
-    write_registry,
-)
+from orchestrator.results.store import RunDir, create_run, new_run_id, read_registry
+from orchestrator.results.trials import trial_rows
 from orchestrator.runtimes import catalog
 from orchestrator.runtimes.artifacts import (
     artifacts_for,
@@ -62,7 +46,6 @@ from orchestrator.runtimes.artifacts import (
     tuning_file,
     tuning_problem,
 )
-from orchestrator.runtimes.gater import Gater
 from orchestrator.schedule import SessionState, resume_state, run_sessions, session_plan
 from orchestrator.schedule.pool import classes, fleet_chips, share
 from orchestrator.schedule.session import Observer
@@ -198,48 +181,13 @@ def new_manifest(fleet: Fleet, plan: Plan, fleet_path: Path, plan_path: Path, se
     )
 
 
-@dataclass(frozen=True)
-class RunOutcome:
-    run: RunDir
-    manifest: Manifest
-    stops: dict[str, StopReason]
-    trials: pd.DataFrame
-    verdicts: pd.DataFrame
-    gates: pd.DataFrame  # token gates of the real trials against the numpy reference (empty for sims)
-    details: dict[str, str]  # device -> why its session stopped, where it said
-    warnings: list[str] = field(default_factory=list)  # journal lines skipped; tables not written (and why)
-    chips: dict[str, str] = field(default_factory=dict)  # device -> chip class, as the device said (device_chips)
-    device_time: pd.DataFrame = field(default_factory=pd.DataFrame)  # per device: prepare, settle, launch, measured
-    class_verdicts: pd.DataFrame = field(default_factory=pd.DataFrame)  # pooled phones (pool_by): one per class
-
-    @property
-    def completed(self) -> bool:
-        return all_ran(self.stops)
-
-
-def all_ran(reasons: dict[str, StopReason]) -> bool:
-    """Every session ran its plan (or stopped where the sequential rule said stop)."""
-    return all(r in ("completed", *EARLY_STOPS) for r in reasons.values())
-
-
-def stop_reasons(manifest: Manifest, records: list[Record]) -> dict[str, StopReason]:
-    """Why each session ended; `interrupted` for one with no end in the journal, or one whose end the
-    journal holds but not all of its trials (records skipped as corrupt: resume runs them)."""
-    states = resume_state(manifest, records)
-    reasons = {d: s.reason for d, s in stops(records).items()}
-    for s in manifest.sessions:
-        if s.device in states and reasons.get(s.device) == "completed":
-            reasons[s.device] = "interrupted"
-        reasons.setdefault(s.device, "interrupted")
-    return reasons
-
-
 def start_run(manifest: Manifest, results: Path) -> RunDir:
     return create_run(results, manifest)
 
 
-async def execute(run: RunDir, *, observe: Observer = lambda d, r: None, accept_change: bool = False) -> RunOutcome:
-    """Run (or resume) every session that has not ended; then derive trials.parquet and verdicts.csv.
+async def execute(run: RunDir, *, observe: Observer = lambda d, r: None, accept_change: bool = False,
+                  ceilings: CeilingTable | None = None) -> RunOutcome:
+    """Run (or resume) every session that has not ended; then derive its tables (the audit against `ceilings`).
     Holds the run's lock throughout (RunLocked if another process writes it); a journal that cannot
     be written (JournalWriteError) stops every session at once, the journal whole up to that point."""
     with run.lock():
@@ -261,7 +209,7 @@ async def execute(run: RunDir, *, observe: Observer = lambda d, r: None, accept_
             journal.append(RunFinished(status=status, wall=datetime.now(UTC).timestamp()))
         finally:
             journal.close()
-        return _derive(run, save=True)  # after the journal's last record, so every derived table is current
+        return derive_locked(run, ceilings=ceilings)  # after the journal's last record: every table is current
 
 
 def noise_notes(run: RunDir, now: datetime | None = None) -> list[str]:
@@ -270,16 +218,6 @@ def noise_notes(run: RunDir, now: datetime | None = None) -> list[str]:
     manifest = run.manifest()
     return mde_notes(manifest.plan, [s.device for s in manifest.sessions], read_registry(run.path.parent),
                      now or datetime.now(UTC))
-
-
-def _register_noise(run: RunDir, trials: pd.DataFrame, manifest: Manifest, chips: dict[str, str]) -> list[str]:
-    """An A/A run's noise into its results folder's registry; a device whose noise jumped, in words."""
-    new = noise.readings(trials, manifest, chips)
-    if not len(new):
-        return []
-    registry = read_registry(run.path.parent)
-    write_registry(run.path.parent, noise.merged(registry, new))
-    return noise.jumps(registry, new)
 
 
 def _artifacts(manifest: Manifest) -> dict[str, Artifacts]:
@@ -315,70 +253,6 @@ def _line(path: Path, *loc: str | int) -> int:
         return key_line(path, *loc)
     except (ConfigError, OSError):  # the plan file moved or changed since: the manifest still names it
         return 0
-
-
-def derive(run: RunDir) -> RunOutcome:
-    """Rebuild the derived tables from the journal (the source of truth). They are written when the
-    run can be locked; a run another process is writing, or a folder that cannot be written, is
-    derived in memory and says so."""
-    try:
-        with run.lock():
-            return _derive(run, save=True)
-    except RunLocked as exc:
-        return _derive(run, save=False, why=f"{exc}; tables derived in memory from the journal so far")
-    except RunNotWritable as exc:
-        return _derive(run, save=False, why=f"{exc}; tables derived in memory")
-
-
-def _derive(run: RunDir, *, save: bool, why: str | None = None) -> RunOutcome:
-    """The tables from the journal, stamped with the journal's length and digest (derived.json, written
-    last); the token gates are recomputed only when the journal has changed since they were written."""
-    manifest = run.manifest()
-    reading = run.read(manifest)
-    made_from = run.journal_stamp() if run.journal_path.is_file() else None  # under the lock when saving: as read
-    records = reading.records
-    warnings = reading.warnings(run.journal_path) + ([why] if why else [])
-    if reading.skipped:
-        warnings.append(f"{len(reading.skipped)} journal line(s) skipped: a trial whose record was skipped counts as "
-                        f"not run, and orch run --resume {run.run_id} runs it again")
-    # derived once from this very journal: read, not recomputed
-    if made_from is not None and (done := run.derived(made_from)) is not None:
-        details = {d: s.detail for d, s in stops(records).items() if s.detail}
-        return RunOutcome(run=run, manifest=manifest, stops=stop_reasons(manifest, records), trials=done["trials"],
-                          verdicts=done["verdicts"], details=details, gates=done["token_gates"], warnings=warnings,
-                          chips=device_chips(manifest, records), device_time=done["device_time"],
-                          class_verdicts=done["class_verdicts"])
-    trials = trial_rows(manifest, records)
-    table = verdicts(trials, manifest.plan, seed=manifest.seed)
-    table, spent = costs(table, trials, records, [s.device for s in manifest.sessions], manifest.plan.budget_minutes)
-    pooled = class_verdicts(trials, manifest.plan, fleet_chips(manifest.fleet), seed=manifest.seed)
-    written: list[Path] = []
-    if save:
-        try:
-            tmp = run.trials_path.with_name("trials.parquet.tmp")
-            trials.to_parquet(tmp, index=False)
-            os.replace(tmp, run.trials_path)
-            write_atomic(run.verdicts_path, table.to_csv(index=False).encode())
-            write_atomic(run.device_time_path, spent.to_csv(index=False).encode())
-            written += [run.trials_path, run.verdicts_path, run.device_time_path]
-            if len(pooled):
-                write_atomic(run.path / "class_verdicts.csv", pooled.to_csv(index=False).encode())
-                written.append(run.path / "class_verdicts.csv")
-            warnings += _register_noise(run, trials, manifest, device_chips(manifest, records))
-        except OSError as exc:
-            run.trials_path.with_name("trials.parquet.tmp").unlink(missing_ok=True)
-            save = False
-            warnings.append(f"{run.path}: derived tables not written ({exc.strerror}); derived in memory")
-    gates = gates_of(run, Gater(), records, save=save)
-    if save and made_from is not None:
-        if len(gates) and run.gates_path.exists():
-            written.append(run.gates_path)
-        with contextlib.suppress(OSError):  # unstamped tables are derived again next time: nothing is lost
-            run.stamp(made_from, written)
-    return RunOutcome(run=run, manifest=manifest, stops=stop_reasons(manifest, records), trials=trials,
-                      verdicts=table, details={d: s.detail for d, s in stops(records).items() if s.detail},
-                      gates=gates, warnings=warnings, chips=device_chips(manifest, records), device_time=spent,
-                      class_verdicts=pooled)
 
 
 def simulate(fleet: Fleet, plan: Plan) -> tuple[Manifest, list[Record], pd.DataFrame]:

@@ -43,6 +43,7 @@ from orchestrator.analysis.prerun import night_caps
 from orchestrator.config.plan import NightlyAlarm
 from orchestrator.report.nightly import junit_xml, markdown
 from orchestrator.results import history as history_db
+from orchestrator.results.history_rollup import refresh_rollups
 from orchestrator.results.history_store import (
     SERIES_COLUMNS,
     NightlyInputError,
@@ -50,7 +51,8 @@ from orchestrator.results.history_store import (
     check_night,
     compact_night,
 )
-from orchestrator.results.store import RunDir, find_run, read_registry, stops, write_atomic
+from orchestrator.results.store import RunDir, find_run, read_registry, write_atomic
+from orchestrator.results.trials import stop_records
 
 __all__ = ["NightlyOutcome", "resume_command", "run_night", "summarize", "write_reports"]
 
@@ -172,6 +174,7 @@ async def run_night(
         for run, _ in firsts:
             why |= await _config_night(run, night, results, history, announce, caps[run.run_id])
         compact_night(history, night)
+        refresh_rollups(history)  # nights from before rank's rollups get theirs once
         summary = summarize(history, night, planned, {m.plan.name: rule_of(m.plan) for _, m in firsts}, why)
     except BaseException as exc:
         stopped = isinstance(exc, KeyboardInterrupt | asyncio.CancelledError)
@@ -246,5 +249,5 @@ async def _config_night(run: RunDir, night: str, results: Path, history: Path,
 
 
 def _ended(run: RunDir, config: str, devices: list[str]) -> dict[tuple[str, str], str]:
-    ended = {d: s.reason for d, s in stops(run.records()).items()}
+    ended = {d: s.reason for d, s in stop_records(run.records()).items()}
     return {(config, d): f"session {ended.get(d, 'interrupted')} (run {run.run_id})" for d in devices}

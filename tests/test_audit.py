@@ -18,7 +18,7 @@ from orchestrator.config import ConfigError, Fleet, Plan, load_fleet, load_plan
 from orchestrator.config.candidates import load_ceilings
 from orchestrator.devices import open_device
 from orchestrator.results import Manifest, MemoryJournal
-from orchestrator.results.store import trial_rows
+from orchestrator.results.trials import trial_rows
 from orchestrator.schedule import SessionState, run_sessions
 
 CEILINGS = ROOT / "configs" / "ceilings.yaml"

@@ -15,7 +15,7 @@ from orchestrator import core
 from orchestrator.analysis.summary import verdicts
 from orchestrator.devices import open_device
 from orchestrator.results import MemoryJournal
-from orchestrator.results.store import trial_rows
+from orchestrator.results.trials import trial_rows
 from orchestrator.schedule import SessionState, run_sessions
 
 REPS = 100

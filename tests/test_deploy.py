@@ -133,10 +133,10 @@ def test_an_ssh_host_gets_the_model_and_what_its_arms_read_beside_it_once(
 def test_a_push_refused_for_space_moves_nothing(
     sshd: Sshd, tmp_path: Path, harness: Path, t1: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The real `df` of the host's cache folder, with the reserve raised to this disk's free space:
-    nothing fits, so nothing may move."""
+    """The real `df` of the host's cache folder, with the reserve raised to this disk's whole size (not
+    its free space at one moment, which other work on the disk changes): nothing fits, so nothing may move."""
     st = os.statvfs(tmp_path)
-    monkeypatch.setattr(deploy, "RESERVE_BYTES", st.f_bavail * st.f_frsize)
+    monkeypatch.setattr(deploy, "RESERVE_BYTES", st.f_blocks * st.f_frsize)
     with pytest.raises(DeviceUnavailable) as refused:
         prepare(lab(sshd, tmp_path, harness), host_files(plan(t1 / "model-Q8_0.gguf")))
     assert refused.value.state == "no_space" and "to push" in str(refused.value) and refused.value.fix

@@ -25,7 +25,7 @@ def test_device_time_adds_up_from_the_journal(tmp_path: Path) -> None:
     assert code == 0, out
     run = only_run(tmp_path / "r")
     records = run.records()
-    spent = pd.read_csv(run.device_time_path).set_index("device")
+    spent = pd.read_csv(run.sessions_path).set_index("device")
     for device in ("flaky", "steady"):
         trials = [r for r in records if isinstance(r, TrialRecord) and r.device == device]
         attempts = [r for r in records if isinstance(r, AttemptFailed) and r.device == device]
@@ -72,7 +72,7 @@ def test_the_budget_stops_a_session_and_says_what_it_allowed(tmp_path: Path) -> 
     run = only_run(tmp_path / "r")
     (stop,) = [r for r in run.records() if isinstance(r, SessionStopped)]
     assert stop.reason == "budget" and "device-time budget 25 min spent" in stop.detail
-    spent = pd.read_csv(run.device_time_path)
+    spent = pd.read_csv(run.sessions_path)
     n = sum(isinstance(r, TrialRecord) for r in run.records())
     assert 0 < n < 40
     # The budget's arithmetic on the simulated device's clock as the journal holds it (deterministic, not a

@@ -49,3 +49,22 @@ def test_the_agent_carries_every_operation_of_the_device_boundary() -> None:
     ops = set(typing.get_args(Request.model_fields["op"].annotation)) - {"open"}
     assert boundary == ops, f"agent ops {sorted(ops)} vs the boundary {sorted(boundary)}"
     assert all(name in vars(AgentDevice) for name in boundary), "AgentDevice forwards each one to the agent"
+
+
+def test_an_agent_of_another_protocol_says_so_and_keeps_serving() -> None:
+    """A controller and an agent from different orch versions: the agent names both protocols and still
+    answers requests of its own."""
+    import io
+    import json
+
+    from orchestrator.agent_server import serve
+    from orchestrator.devices.agent_client import AGENT_PROTOCOL, Reply
+
+    lines = [json.dumps({"id": 1, "op": "probe", "protocol": AGENT_PROTOCOL - 1}),
+             json.dumps({"id": 2, "op": "info", "protocol": AGENT_PROTOCOL})]
+    out = io.StringIO()
+    assert asyncio.run(serve(io.StringIO("\n".join(lines) + "\n"), out)) == 0
+    first, second = (Reply.model_validate_json(x) for x in out.getvalue().splitlines())
+    assert first.error is not None
+    assert f"protocol {AGENT_PROTOCOL - 1}, this agent {AGENT_PROTOCOL}" in first.error.message
+    assert second.id == 2 and second.error is not None and second.error.message == "no device open"

@@ -49,7 +49,7 @@ def test_in_harness_llamacpp_beside_the_adapter_with_token_gates(t1: Path, tmp_p
     assert len(trials) == 24 and (trials["decode_tok_s"] > 0).all()
     inh = trials[trials["arm"] == "inh"]
     # The harness's engine: llama.cpp's own build line, and weight bytes counted by the raw loop's rule.
-    assert inh["engine_version"].str.startswith("llamacpp 1 (llama.cpp ").all(), inh["engine_version"]
+    assert inh["engine_version"].str.startswith("llamacpp 2 (llama.cpp ").all(), inh["engine_version"]
     raw = trials[trials["arm"] == "raw"]
     assert set(inh["bytes_per_decode_token"]) == set(raw["bytes_per_decode_token"]), "one counting rule"
     gates = pd.read_csv(run.gates_path).set_index("arm")

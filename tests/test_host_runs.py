@@ -57,7 +57,7 @@ def test_orch_run_over_ssh_loopback_puts_real_results_in_the_journal(
               if type(r).__name__ == "TrialRecord"}
     assert len(tokens) == 1
     # The stream probe ran once at the start of the session and is the audit's ceiling.
-    (probe,) = [r for r in run.records() if type(r).__name__ == "ProbeRecord"]
+    (probe,) = [r for r in run.records() if type(r).__name__ == "StreamProbeRecord"]
     assert probe.device == "there" and probe.probe.gb_s > 0  # type: ignore[union-attr]
     assert (trials["probe_gb_s"] == probe.probe.gb_s).all()  # type: ignore[union-attr]
     # The run's own summary gated both arms' tokens against the numpy reference and kept the table.

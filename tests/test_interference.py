@@ -25,7 +25,7 @@ from orchestrator.devices.interference import CpuSample, between, read_cpu
 from orchestrator.protocol import Generation, TrialResult, TrialSpec
 from orchestrator.results import MemoryJournal
 from orchestrator.results.records import AttemptSpoiled, TrialRecord
-from orchestrator.results.store import excluded_words, trial_rows, usable
+from orchestrator.results.trials import excluded_words, trial_rows, usable
 from orchestrator.schedule import SessionState, run_sessions
 
 CEILINGS = CeilingTable.model_validate({"workloads": {"decode": {"match": ".*", "fraction_of_stream": 1.0}}})

@@ -281,6 +281,7 @@ def test_cli_a_failed_night_is_not_an_alarm_and_leaves_no_stale_report(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from orchestrator import core
+    from orchestrator.derive import RunOutcome
     from orchestrator.results.store import RunDir
 
     fleet, plans = nightly_lab(tmp_path)
@@ -293,7 +294,7 @@ def test_cli_a_failed_night_is_not_an_alarm_and_leaves_no_stale_report(
 
     real, calls = core.execute, []
 
-    async def second_run_fails(run: RunDir, **kw: Any) -> core.RunOutcome:
+    async def second_run_fails(run: RunDir, **kw: Any) -> RunOutcome:
         calls.append(run.run_id)
         if len(calls) == 1:  # before the first trial: the ids are out and last night's report is replaced
             assert "is running" in junit.read_text() and run.run_id in junit.read_text()

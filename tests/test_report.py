@@ -5,9 +5,11 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import math
 import re
 from pathlib import Path
 
+import pandas as pd
 import typer
 from conftest import ROOT, SIM_LAB, fleet_of, plan_with, sim_device
 from typer.testing import CliRunner
@@ -15,6 +17,7 @@ from typer.testing import CliRunner
 from orchestrator import core
 from orchestrator.cli_analysis import register
 from orchestrator.config.candidates import load_ceilings
+from orchestrator.derive import derive
 from orchestrator.report.html import render
 from orchestrator.results.store import RunDir
 
@@ -43,14 +46,14 @@ def test_html_is_self_contained_and_shows_everything(tmp_path: Path) -> None:
         "coreai": {"bytes_per_token": 783e6, "efficiency": 0.48}, "rawloop-metal": {"bytes_per_token": 783e6,
                                                                                      "efficiency": 0.73}}),
         model="gemma-4-e2b-qat-mixed")
-    html_path, md_path = render(run, tmp_path / "out", load_ceilings(CEILINGS))
+    html_path, md_path = render(derive(run, load_ceilings(CEILINGS)), tmp_path / "out")
     html = html_path.read_text()
     assert not re.search(r"""(src|href)=["'](?!data:)""", html), "everything must be inline (opens offline)"
     images = re.findall(r'src="data:image/png;base64,([^"]+)"', html)
     assert len(images) == 3  # distributions, trial order, audit
     assert all(base64.b64decode(i).startswith(b"\x89PNG") for i in images)
     for text in ("Verdicts", "faster", "Audit", "no glue to harvest", "raw-loop candidate", "Token gates",
-                 "PASS: bit-identical", "Prefill"):
+                 "PASS: bit-identical", "Prefill", "coreai: Apple engine", "rawloop-metal: raw loop (Metal)"):
         assert text in html, text
     md = md_path.read_text()
     assert "![audit](figures/audit.png)" in md and (tmp_path / "out" / "figures" / "audit.png").exists()
@@ -91,7 +94,7 @@ def test_free_text_is_inert_in_the_markdown(tmp_path: Path) -> None:
     """A model path or failure message with HTML or newlines cannot add headings, tags or table cells."""
     run = run_on_disk(tmp_path, sim_device(faults={"crash": 0.25}), model="m<script>x</script>\n# injected | cell",
                       retry={"max_attempts": 1, "max_consecutive_failures": 50})
-    _, md_path = render(run, tmp_path / "out", load_ceilings(CEILINGS))
+    _, md_path = render(derive(run, load_ceilings(CEILINGS)), tmp_path / "out")
     md = md_path.read_text()
     assert "<script>" not in md and "\n# injected" not in md
     assert md.splitlines()[0] == "# Run " + run.run_id + ": t (m&lt;script&gt;x&lt;/script&gt; # injected / cell)"
@@ -117,7 +120,7 @@ def test_the_report_reads_what_derive_wrote_and_writes_nothing_into_the_run(tmp_
     """Derive once, read many: the report shows the verdicts table derive wrote for this journal (here
     edited on disk, so a recomputation would show) and leaves the run's own files as they were."""
     run = run_on_disk(tmp_path, sim_device())
-    core.derive(run)
+    derive(run, load_ceilings(CEILINGS))  # as orch run does at its end, with the lab's ceilings table
     table = run.verdicts_path.read_text()
     assert ",faster," in table
     run.verdicts_path.write_text(table.replace(",faster,", ",slower,"))  # the journal is unchanged: still current
@@ -127,3 +130,39 @@ def test_the_report_reads_what_derive_wrote_and_writes_nothing_into_the_run(tmp_
     md = (tmp_path / "o" / "report.md").read_text()
     assert "slower" in md and "faster" not in md.split("## Verdicts", 1)[-1].split("##", 1)[0], md
     assert {p: p.read_bytes() for p in run.path.iterdir() if p.is_file()} == before, "the run's files untouched"
+
+
+def test_audit_is_derived_once_per_ceilings_table_and_read_back(tmp_path: Path) -> None:
+    """derive writes the audit against the ceilings it is given and says which (derived.json); orch audit
+    reads that table (edited here on disk, so a recomputation would show) and writes nothing; another
+    ceilings table derives the audit again, leaving the other tables as they were."""
+    run = run_on_disk(tmp_path, sim_device())
+    derive(run, load_ceilings(CEILINGS))
+    stamp = json.loads(run.stamp_path.read_text())
+    assert {"audit.csv", "sessions.csv"} <= set(stamp["tables"]) and stamp["ceilings_sha256"]
+    audit_csv = run.table_path("audit")
+    pd.read_csv(audit_csv).assign(reading="edited on disk").to_csv(audit_csv, index=False)
+    before = {p: p.read_bytes() for p in run.path.iterdir() if p.is_file()}
+    res = runner.invoke(cli(), ["audit", run.run_id, "--results", str(run.path.parent), "--ceilings", str(CEILINGS)])
+    assert res.exit_code == 0 and "edited on disk" in res.output, res.output
+    assert {p: p.read_bytes() for p in run.path.iterdir() if p.is_file()} == before, "orch audit wrote nothing"
+
+    other = tmp_path / "ceilings.yaml"
+    table = load_ceilings(CEILINGS).model_dump(mode="json")
+    table["thresholds"]["near"] = 0.95  # another lab's table
+    other.write_text(json.dumps(table))
+    res = runner.invoke(cli(), ["audit", run.run_id, "--results", str(run.path.parent), "--ceilings", str(other)])
+    assert res.exit_code == 0 and "edited on disk" not in res.output, res.output
+    assert json.loads(run.stamp_path.read_text())["ceilings_sha256"] != stamp["ceilings_sha256"]
+    for name in ("trials.parquet", "verdicts.csv", "sessions.csv"):
+        assert (run.path / name).read_bytes() == before[run.path / name], f"{name} was not derived again"
+
+
+def test_an_unbounded_interval_is_said_with_the_90_percent_interval_beside_it() -> None:
+    """Too few blocks for p < alpha leave the (1 - alpha) CI unbounded: the tables say so, with the 90% CI
+    that equivalence is judged by, instead of printing [0.000, inf]."""
+    from orchestrator.report.console import ratio_ci
+
+    row = {"ratio": 0.908, "ci_low": 0.0, "ci_high": math.inf, "ci90_low": 0.819, "ci90_high": 0.996, "alpha": 0.0083}
+    assert ratio_ci(row) == "0.908 [unbounded at alpha 0.0083; 90%: 0.819, 0.996]"
+    assert ratio_ci({**row, "ci_low": 0.85, "ci_high": 0.97}) == "0.908 [0.850, 0.970]"

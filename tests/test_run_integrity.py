@@ -22,6 +22,7 @@ from conftest import fleet_of, plan_with, sim_device
 from test_run import finals, invoke, write_inputs
 
 from orchestrator import core
+from orchestrator.derive import derive
 from orchestrator.results.journal import Journal, JournalWriteError, read_records
 from orchestrator.results.records import RunFinished, RunStarted
 from orchestrator.results.store import RunDir
@@ -371,9 +372,9 @@ def test_derived_tables_are_current_by_the_journal_they_were_made_from_not_by_fi
     """derive stamps its tables with the journal's length and sha256 (derived.json): a copy that changes
     file times keeps them current; a journal that gained a record makes them stale, whatever the times say."""
     run = new_run(tmp_path)
-    core.derive(run)
+    derive(run)
     stamp = json.loads(run.stamp_path.read_text())
-    assert {"trials.parquet", "verdicts.csv", "device_time.csv"} <= set(stamp["tables"])
+    assert {"trials.parquet", "verdicts.csv", "sessions.csv"} <= set(stamp["tables"])
     assert stamp["journal_bytes"] == run.journal_path.stat().st_size and run.fresh(run.trials_path)
 
     copy = RunDir(tmp_path / "copy" / run.run_id)
@@ -388,5 +389,5 @@ def test_derived_tables_are_current_by_the_journal_they_were_made_from_not_by_fi
     with open(copy.journal_path, "ab") as f:
         f.write(RunStarted(wall=0.0, resumed=True, pid=1).model_dump_json().encode() + b"\n")
     assert not copy.fresh(copy.trials_path) and not copy.fresh(copy.verdicts_path)
-    core.derive(copy)
+    derive(copy)
     assert copy.fresh(copy.trials_path)

@@ -17,7 +17,7 @@ from orchestrator.devices.sim import SimDevice
 from orchestrator.protocol.device import Telemetry, TrialFailure
 from orchestrator.results import MemoryJournal
 from orchestrator.results.records import TrialRecord
-from orchestrator.results.store import trial_rows, usable
+from orchestrator.results.trials import trial_rows, usable
 from orchestrator.schedule import SessionState, SettleGate, run_sessions
 
 

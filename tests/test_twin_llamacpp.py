@@ -55,7 +55,7 @@ def test_twin_runs_the_raw_loop_against_llamacpp_inside_the_app(tmp_path: Path) 
     llama = [t["result"] for t in trials if t["arm"] == "llama"]
     # One app, two engines: the app ran llama.cpp under the harness's name for it, timed by the same runner.
     assert {r["engine"] for r in llama} == {"llamacpp"}
-    assert all(r["engine_version"].startswith("llamacpp 1 (llama.cpp ") for r in llama)
+    assert all(r["engine_version"].startswith("llamacpp 2 (llama.cpp ") for r in llama)
     assert all(len(r["trial1"]["token_ids"]) == 16 and r["threads"] == 1 for r in llama)
     assert all(isinstance(t["settle"]["before"]["battery_c"], float) for t in trials), "settled on the twin"
     assert "│ twin   │ A18 Pro │ llama vs cpu │ 12/12 │" in run.stdout, run.stdout

@@ -21,7 +21,7 @@ import pandas as pd
 from orchestrator.config.candidates import CeilingTable, Thresholds
 from orchestrator.config.sim import SimDeviceConfig
 from orchestrator.results.records import Manifest, device_chips
-from orchestrator.results.store import usable
+from orchestrator.results.trials import usable
 
 RULE = (
     "effective GB/s = bytes read per decode token x measured decode tok/s, against what clean weight "

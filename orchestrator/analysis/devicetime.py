@@ -10,12 +10,14 @@ simulated seconds, a phone's wall seconds).
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from orchestrator.results.records import PreparedRecord
+from orchestrator.results.trials import excluded_counts
 
 DEVICE_TIME_COLUMNS = [
     "device", "trials", "prepare_min", "settle_min", "launch_min", "measured_min", "retry_min", "total_min",
@@ -80,3 +82,33 @@ def costs(verdicts: pd.DataFrame, trials: pd.DataFrame, records: list[Any], devi
     if len(verdicts):
         verdicts = verdicts.assign(device_min=decided_in(verdicts, trials, prepare_s))
     return verdicts, device_time(trials, prepare_s, devices, budget_min)
+
+
+SESSION_COLUMNS = [
+    "device", "chip_class", "stop", "planned", "ok", "failed", "failures_by_kind", "excluded_by_reason",
+    "settle_wait_median_s", "state_rose", *DEVICE_TIME_COLUMNS[1:],
+]
+
+
+def session_summary(spent: pd.DataFrame, trials: pd.DataFrame, planned: dict[str, int], stops: dict[str, str],
+                    chips: dict[str, str]) -> pd.DataFrame:
+    """One row per session (device): how it ended, its trials (planned, finished, failed by kind, excluded by
+    reason), the settle gate's median wait, and its device time (`spent`: device_time's table)."""
+    rows = []
+    by_device = spent.set_index("device") if len(spent) else None
+    excluded = excluded_counts(trials) if len(trials) else {}
+    for device, n in planned.items():
+        mine = trials[trials["device"] == device] if len(trials) else trials
+        ok = int((mine["status"] == "ok").sum()) if len(mine) else 0
+        kinds = Counter(mine["failure_kind"].dropna()) if len(mine) else Counter()
+        time = by_device.loc[device].to_dict() if by_device is not None and device in by_device.index else {}
+        rows.append({
+            "device": device, "chip_class": chips.get(device, ""), "stop": stops.get(device, "not started"),
+            "planned": n, "ok": ok, "failed": len(mine) - ok,
+            "failures_by_kind": ", ".join(f"{k} {c}" for k, c in sorted(kinds.items())),
+            "excluded_by_reason": ", ".join(f"{k} {c}" for k, c in sorted(excluded.get(device, {}).items())),
+            "settle_wait_median_s": float(mine["settle_waited_s"].median()) if len(mine) else float("nan"),
+            "state_rose": int(mine["state_rose"].sum()) if len(mine) else 0,
+            **{c: time.get(c, float("nan")) for c in DEVICE_TIME_COLUMNS[1:]},
+        })
+    return pd.DataFrame(rows, columns=SESSION_COLUMNS)

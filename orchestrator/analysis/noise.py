@@ -23,7 +23,7 @@ import pandas as pd
 from orchestrator.analysis.sizing import noise_of
 from orchestrator.config.plan import Plan
 from orchestrator.results.records import Manifest
-from orchestrator.results.store import usable
+from orchestrator.results.trials import usable
 
 REGISTRY_COLUMNS = ["device", "chip_class", "runtime", "model", "sigma", "launches", "run_id", "measured_at"]
 KEY = ["device", "runtime", "model"]

@@ -32,7 +32,7 @@ from orchestrator.analysis.decision import ArmSample, InsufficientData, compare
 from orchestrator.analysis.sequential import Timed, replay
 from orchestrator.analysis.summary import VERDICT_COLUMNS
 from orchestrator.config.plan import Plan
-from orchestrator.results.store import usable
+from orchestrator.results.trials import usable
 
 HETEROGENEITY_P = 0.01
 BLOCK_STRIDE = 1_000_000  # a pooled block id: device index x stride + the device's own block

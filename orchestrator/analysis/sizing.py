@@ -31,7 +31,7 @@ from orchestrator.analysis.decision import ArmSample, InsufficientData, compare,
 from orchestrator.analysis.groupseq import Operating, operating
 from orchestrator.analysis.sequential import EQUIVALENCE_ALPHA, adaptive_looks
 from orchestrator.config.plan import MAX_BLOCKS, DecisionRule, Plan
-from orchestrator.results.store import usable
+from orchestrator.results.trials import usable
 
 _ONE_SD = float(norm.sf(1.0))  # each tail of a +-1 SE interval
 

@@ -12,7 +12,7 @@ import pandas as pd
 from orchestrator.analysis.decision import ArmSample, Comparison, InsufficientData, compare, in_family
 from orchestrator.analysis.sequential import Timed, adaptive_looks, replay
 from orchestrator.config.plan import Plan
-from orchestrator.results.store import usable
+from orchestrator.results.trials import usable
 
 VERDICT_COLUMNS = [
     "device",

@@ -29,7 +29,7 @@ from orchestrator.analysis.decision import ArmSample, InsufficientData, compare
 from orchestrator.config.plan import Arm
 from orchestrator.protocol import HarnessTuningTable, TuningValue, harness_engine
 from orchestrator.results.records import Manifest
-from orchestrator.results.store import usable
+from orchestrator.results.trials import usable
 
 
 class TuningInputError(ValueError):

@@ -35,7 +35,8 @@ from orchestrator.runners import ConnectionLost, LocalRunner, Runner, RunnerErro
 from orchestrator.runners.cache import host_cache
 from orchestrator.runners.deploy import push_to_host
 
-AGENT_PROTOCOL = 1
+# 1: first; 2: the stream probe's operation is `stream_probe` (was `probe`).
+AGENT_PROTOCOL = 2
 CALL_TIMEOUT_S = 120.0
 PREPARE_TIMEOUT_S = 1900.0
 PROBE_TIMEOUT_S = 700.0  # the host's own probe allows 600 s
@@ -49,8 +50,8 @@ class _Msg(BaseModel):
 
 class Request(_Msg):
     id: int
-    op: Literal["open", "info", "prepare", "telemetry", "run_trial", "probe", "throttle_probe", "cpu_sample", "health",
-                "close"]
+    op: Literal["open", "info", "prepare", "telemetry", "run_trial", "stream_probe", "throttle_probe", "cpu_sample",
+                "health", "close"]
     protocol: int = AGENT_PROTOCOL
     device: DeviceConfig | None = None
     artifacts: Artifacts | None = None
@@ -102,7 +103,7 @@ class Reply(_Msg):
     result: TrialResult | None = None
     failure: TrialFailure | None = None
     health: Health | None = None
-    probe: StreamProbe | None = None
+    stream_probe: StreamProbe | None = None
     throughput: float | None = Field(default=None, description="throttle_probe's answer")
     cpu: AgentCpu | None = None
     error: AgentError | None = None
@@ -210,8 +211,8 @@ class AgentDevice(Device):
         assert reply.telemetry is not None
         return reply.telemetry
 
-    async def probe(self) -> StreamProbe | None:
-        return (await self._call(PROBE_TIMEOUT_S, op="probe")).probe
+    async def stream_probe(self) -> StreamProbe | None:
+        return (await self._call(PROBE_TIMEOUT_S, op="stream_probe")).stream_probe
 
     async def throttle_probe(self) -> float | None:
         return (await self._call(PROBE_TIMEOUT_S, op="throttle_probe")).throughput

@@ -48,7 +48,7 @@ class Device(abc.ABC):
     async def run_trial(self, spec: TrialSpec, timeout: float) -> TrialResult | TrialFailure:
         """One fresh launch. Every fault comes back as a TrialFailure, never as an exception."""
 
-    async def probe(self) -> StreamProbe | None:
+    async def stream_probe(self) -> StreamProbe | None:
         """Measure the stream ceiling, where the device can (None where it cannot)."""
         return None
 

@@ -33,7 +33,7 @@ async def check_device_contract(device: Device, *, engine: str, model: str, time
     assert again.skipped, "a second prepare() of the same harness must skip the install"
     assert again.installed == first.installed
 
-    measured, throughput = await device.probe(), await device.throttle_probe()
+    measured, throughput = await device.stream_probe(), await device.throttle_probe()
     if probes:
         assert isinstance(measured, StreamProbe) and measured.gb_s > 0, f"probe() must measure GB/s: {measured!r}"
         assert isinstance(throughput, float) and throughput > 0, f"throttle_probe() must measure: {throughput!r}"

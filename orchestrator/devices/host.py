@@ -187,7 +187,7 @@ class HostDevice(Device):
         after = sha256_file(path)
         return PrepareReport(installed=after, skipped=before == after)
 
-    async def probe(self) -> StreamProbe | None:
+    async def stream_probe(self) -> StreamProbe | None:
         with self._reachable():
             harness = await self._harness_path()
             out = f"{await self._workdir()}/probe.json"

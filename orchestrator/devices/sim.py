@@ -128,7 +128,7 @@ class SimDevice(Device):
             charging=False, low_power=False,
         )
 
-    async def probe(self) -> StreamProbe:
+    async def stream_probe(self) -> StreamProbe:
         """The ground truth's ceiling, as a probe would read it (a few seconds of full load)."""
         if self._lost():
             raise DeviceUnavailable(f"{self.id}: not connected", fix="reconnect the USB cable")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Hashable, Mapping
 from typing import Any
 
 import pandas as pd
@@ -23,7 +24,6 @@ from orchestrator.results.records import (
     TrialRecord,
     device_chips,
 )
-from orchestrator.results.store import excluded_counts
 
 VERDICT_STYLE = {"faster": "bold green", "slower": "bold red", "equivalent": "cyan", "inconclusive": "yellow"}
 
@@ -88,6 +88,16 @@ def _fmt(x: Any, spec: str) -> str:
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
 
 
+def ratio_ci(row: Mapping[Hashable, Any]) -> str:
+    """A verdict's ratio and its (1 - alpha) CI; where too few blocks leave that interval unbounded (the test
+    cannot reach p < alpha), it says so and gives the 90% CI equivalence is judged by instead of [0, inf]."""
+    lo, hi = row["ci_low"], row["ci_high"]
+    if isinstance(lo, float) and isinstance(hi, float) and (lo <= 0 or math.isinf(hi)) and "ci90_low" in row:
+        return (f"{_fmt(row['ratio'], '.3f')} [unbounded at alpha {_fmt(row.get('alpha'), '.2g')}; 90%: "
+                f"{_fmt(row['ci90_low'], '.3f')}, {_fmt(row['ci90_high'], '.3f')}]")
+    return f"{_fmt(row['ratio'], '.3f')} [{_fmt(lo, '.3f')}, {_fmt(hi, '.3f')}]"
+
+
 def frame_table(title: str, frame: pd.DataFrame, cols: dict[str, str]) -> Table:
     """A rich table of `frame`: column -> format spec ('' = str); a missing number shows as '-'."""
     table = Table(title=title, title_justify="left")
@@ -110,7 +120,7 @@ def verdict_table(verdicts: pd.DataFrame, manifest: Manifest, chips: dict[str, s
                 "σ", "MDE", "verdict", "device min"):
         table.add_column(col, justify="left" if col in ("device", "chip", "comparison", "verdict") else "right")
     for row in verdicts.to_dict("records"):
-        ci = f"{_fmt(row['ratio'], '.3f')} [{_fmt(row['ci_low'], '.3f')}, {_fmt(row['ci_high'], '.3f')}]"
+        ci = ratio_ci(row)
         table.add_row(
             str(row["device"]), str(chips.get(str(row["device"]), "")), f"{row['candidate']} vs {row['baseline']}",
             f"{_fmt(row['n_candidate'], '.0f')}/{_fmt(row['n_baseline'], '.0f')}",
@@ -122,29 +132,25 @@ def verdict_table(verdicts: pd.DataFrame, manifest: Manifest, chips: dict[str, s
     return table
 
 
-def session_table(trials: pd.DataFrame, stops: dict[str, str], manifest: Manifest,
-                  spent: pd.DataFrame | None = None) -> Table:
-    """One row per device: trials, failures, the settle gate, device time (`spent`: devicetime's table)."""
+def session_table(sessions: pd.DataFrame, manifest: Manifest) -> Table:
+    """One row per session, as derive wrote it (analysis.devicetime.session_summary)."""
     table = Table(title=f"Run {manifest.run_id}: plan {manifest.plan.name}", title_justify="left")
     for col in ("device", "planned", "ok", "failed", "failures by kind", "excluded", "settle wait median s",
                 "state rose", "device min", "settle %", "session"):
         table.add_column(col)
-    spent_by = spent.set_index("device") if spent is not None and len(spent) else None
-    for s in manifest.sessions:
-        mine = trials[trials["device"] == s.device]
-        ok = int((mine["status"] == "ok").sum())
-        kinds = Counter(mine["failure_kind"].dropna())
-        wait = mine["settle_waited_s"].median() if len(mine) else float("nan")
-        row = spent_by.loc[s.device] if spent_by is not None and s.device in spent_by.index else None
-        excluded = excluded_counts(mine).get(s.device, {})
+    for row in sessions.to_dict("records"):
         table.add_row(
-            s.device, str(len(s.trials)), str(ok), str(len(mine) - ok),
-            ", ".join(f"{k} {n}" for k, n in sorted(kinds.items())) or "-",
-            ", ".join(f"{k} {n}" for k, n in sorted(excluded.items())) or "-", _fmt(wait, ".0f"),
-            str(int(mine["state_rose"].sum())), _fmt(row["total_min"] if row is not None else None, ".1f"),
-            _fmt(row["settle_share"] if row is not None else None, ".0%"), stops.get(s.device, "not started"),
+            str(row["device"]), _fmt(row["planned"], ".0f"), _fmt(row["ok"], ".0f"), _fmt(row["failed"], ".0f"),
+            _words(row["failures_by_kind"]), _words(row["excluded_by_reason"]),
+            _fmt(row["settle_wait_median_s"], ".0f"), _fmt(row["state_rose"], ".0f"), _fmt(row["total_min"], ".1f"),
+            _fmt(row["settle_share"], ".0%"), str(row["stop"]),
         )
     return table
+
+
+def _words(value: Any) -> str:
+    """A free-text cell read back from CSV (empty reads as NaN)."""
+    return "-" if value is None or (isinstance(value, float) and math.isnan(value)) or value == "" else str(value)
 
 
 def class_table(pooled: pd.DataFrame) -> Table:
@@ -211,4 +217,21 @@ def gates_table(gates: pd.DataFrame) -> Table:
         note = f" ({r['error']})" if isinstance(r["error"], str) else ""
         table.add_row(str(r["device"]), str(r["arm"]), str(r["runtime"]), str(r["quant_class"]), str(r["trials"]),
                       str(r["distinct_sequences"]), str(r["prefill"]), str(r["decode"]) + note, fork, gap)
+    return table
+
+
+def size_words(n: int) -> str:
+    return f"{n / 1e9:.2f} GB" if n >= 1e9 else f"{n / 1e6:.0f} MB"
+
+
+def runtimes_table(rows: list[dict[str, Any]]) -> Table:
+    """`orch runtimes list`: one row per host and runtime."""
+    table = Table(title="Runtimes")
+    for col in ("host", "runtime", "installed", "versions", "disk", "how"):
+        table.add_column(col)
+    for r in rows:
+        versions = ", ".join(f"{k} {v}" for k, v in dict(r["versions"]).items())
+        disk = size_words(int(str(r["disk_bytes"]))) if r["disk_bytes"] else "-"
+        table.add_row(str(r["host"]), str(r["runtime"]), "yes" if r["installed"] else "no", versions or "-", disk,
+                      str(r.get("install") or r["what"]))
     return table

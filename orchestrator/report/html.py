@@ -9,17 +9,18 @@ from pathlib import Path
 import pandas as pd
 
 from orchestrator.analysis.audit import RULE
-from orchestrator.config.candidates import CeilingTable
+from orchestrator.derive import RunOutcome
 from orchestrator.report.markdown import (
     AUDIT_COLS,
     EXCLUDED_COLS,
     FAIL_COLS,
-    GATE_COLS,
+    FIRST_ARM_GATE_COLS,
     REF_GATE_COLS,
     SESSION_COLS,
     VERDICT_COLS,
     Report,
     _f,
+    arms_text,
     collect,
     headline,
     rule_text,
@@ -28,7 +29,6 @@ from orchestrator.report.markdown import (
     to_markdown,
     verdict_frame,
 )
-from orchestrator.results.store import RunDir
 
 CSS = """
 body { font: 14px/1.45 -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; color: #222; margin: 24px auto;
@@ -72,7 +72,8 @@ def _img(report: Report, name: str, alt: str) -> str:
 
 
 def to_html(report: Report) -> str:
-    h = [f"<h1>{html.escape(title(report))}</h1>", f'<p class="rule">{html.escape(rule_text(report))}</p>']
+    h = [f"<h1>{html.escape(title(report))}</h1>", f'<p class="rule">{html.escape(rule_text(report))}</p>',
+         f'<p class="rule">{html.escape(arms_text(report))}</p>']
     lines = headline(report) or ["no verdicts: no finished trials"]
     h.append('<div class="headline">' + "<br>".join(
         html.escape(x).replace("**", "") for x in lines) + "</div>")
@@ -94,7 +95,7 @@ def to_html(report: Report) -> str:
         h += ["<h3>Prefill: weights read once per M tokens</h3>", _table(pre, {
             "device": ("device", ""), "chunk_width": ("M", "d"), "mb": ("MB per prefill token", ".1f"),
             "bound_tok_s": ("bandwidth bound tok/s", ".0f"), "regime": ("regime", "")})]
-    h += ["<h2>Token gates</h2>", _table(report.gates, GATE_COLS)]
+    h += ["<h2>Token gates</h2>", _table(report.first_arm_gates, FIRST_ARM_GATE_COLS)]
     if report.reference_gates is not None:
         h += ["<h3>Against the numpy reference decoder (decode and prefill apart)</h3>",
               _table(report.reference_gates, REF_GATE_COLS)]
@@ -111,9 +112,9 @@ def to_html(report: Report) -> str:
             f"</title><style>{CSS}</style></head><body>\n{body}\n</body></html>\n")
 
 
-def render(run: RunDir, out_dir: Path, ceilings: CeilingTable | None, history: Path | None = None) -> list[Path]:
+def render(outcome: RunOutcome, out_dir: Path, history: Path | None = None) -> list[Path]:
     """Write report.html (self-contained) and report.md (+ figures/*.png) into out_dir."""
-    report = collect(run, ceilings, history)
+    report = collect(outcome, history)
     out_dir.mkdir(parents=True, exist_ok=True)
     figures = out_dir / "figures"
     figures.mkdir(exist_ok=True)

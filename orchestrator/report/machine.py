@@ -18,9 +18,10 @@ import pandas as pd
 __all__ = ["DOCUMENTS", "VERSION", "document", "records"]
 
 VERSION = 1
-# Version history: 1 (first): show, audit, rank, devices, runtimes, nightly; import added (a new document).
+# Version history: 1 (first): show, audit, rank, devices, runtimes, nightly; import added (a new document);
+# show gained `sessions` (sessions.csv: one row per session with its device time).
 DOCUMENTS: dict[str, list[str]] = {
-    "show": ["run_id", "plan", "completed", "stops", "trials", "verdicts", "token_gates", "warnings"],
+    "show": ["run_id", "plan", "completed", "stops", "sessions", "trials", "verdicts", "token_gates", "warnings"],
     "audit": ["run_id", "rows"],
     "rank": ["candidates", "runs", "history", "rows"],
     "devices": ["fleet", "devices"],

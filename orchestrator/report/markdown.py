@@ -1,6 +1,7 @@
 """A run's report: what it holds (`collect`) and its markdown form (`to_markdown`).
 
-Everything is rebuilt from the run's journal; a partly failed run still reports, failures included.
+Everything comes from the tables derive wrote from the run's journal; a partly failed run still reports,
+failures included.
 """
 
 from __future__ import annotations
@@ -14,13 +15,14 @@ from typing import Any
 
 import pandas as pd
 
-from orchestrator.analysis.audit import RULE, audit, prefill_view
-from orchestrator.analysis.devicetime import costs
-from orchestrator.analysis.summary import family_words, verdicts
-from orchestrator.config.candidates import CeilingTable
+from orchestrator.analysis.audit import RULE
+from orchestrator.analysis.summary import family_words
+from orchestrator.derive import RunOutcome
 from orchestrator.report import plots
-from orchestrator.results.records import Manifest, TrialRecord, device_chips
-from orchestrator.results.store import RunDir, stops, trial_rows
+from orchestrator.report.console import ratio_ci
+from orchestrator.results.records import Manifest, TrialRecord
+from orchestrator.results.store import RunDir
+from orchestrator.runtimes import catalog
 
 
 @dataclass
@@ -39,17 +41,17 @@ class Report:
     stops: dict[str, str]
     audit: pd.DataFrame | None
     prefill: pd.DataFrame | None
-    gates: pd.DataFrame
+    first_arm_gates: pd.DataFrame  # per device: the arms' tokens against the first arm's
     reference_gates: pd.DataFrame | None  # against the numpy reference (real trials only)
     failures: pd.DataFrame
     nightly: NightlyView | None
     figures: dict[str, bytes] = field(default_factory=dict)  # name -> PNG
     chips: dict[str, str] = field(default_factory=dict)  # device -> chip class (device_chips)
-    device_time: pd.DataFrame = field(default_factory=pd.DataFrame)  # per device (analysis.devicetime)
+    sessions: pd.DataFrame = field(default_factory=pd.DataFrame)  # per session (analysis.devicetime)
     excluded: pd.DataFrame = field(default_factory=pd.DataFrame)  # finished trials kept out of the verdicts
 
 
-def token_gates(manifest: Manifest, records: list[Any]) -> pd.DataFrame:
+def first_arm_gates(manifest: Manifest, records: list[Any]) -> pd.DataFrame:
     """Per device and arm: do trial1 token ids match the device's first launch of the first arm?"""
     first_arm = manifest.plan.arms[0].name
     trials = sorted((r for r in records if isinstance(r, TrialRecord) and r.result and r.result.trial1),
@@ -82,15 +84,6 @@ def token_gates(manifest: Manifest, records: list[Any]) -> pd.DataFrame:
     return out
 
 
-def _reference_gates(run: RunDir, records: list[Any], derived: dict[str, pd.DataFrame] | None) -> pd.DataFrame | None:
-    """The run's token gates as derive wrote them; computed in memory (never written) where they are stale."""
-    from orchestrator.analysis.gating import gates_of
-    from orchestrator.runtimes.gater import Gater
-
-    gates = derived["token_gates"] if derived is not None else gates_of(run, Gater(), records, save=False)
-    return gates if len(gates) else None
-
-
 def _nightly(history: Path | None, manifest: Manifest) -> NightlyView | None:
     from orchestrator.analysis import nightly
     from orchestrator.results.history import load_nights
@@ -108,37 +101,27 @@ def _nightly(history: Path | None, manifest: Manifest) -> NightlyView | None:
     return NightlyView(alarms=table, medians=medians, changes=nightly.changepoints(medians))
 
 
-def collect(run: RunDir, ceilings: CeilingTable | None, history: Path | None = None) -> Report:
-    """What a run's report shows: the tables derive wrote from its journal (computed in memory, never
-    written, where they are stale), the audit against `ceilings`, the nightly history's view."""
-    manifest, records = run.manifest(), run.records()
-    derived = run.derived()
-    if derived is not None:
-        trials, table, spent = derived["trials"], derived["verdicts"], derived["device_time"]
-    else:
-        trials = trial_rows(manifest, records)
-        table = verdicts(trials, manifest.plan, seed=manifest.seed) if len(trials) else pd.DataFrame()
-        table, spent = costs(table, trials, records, [s.device for s in manifest.sessions],
-                             manifest.plan.budget_minutes)
-    ended: dict[str, str] = {d: str(s.reason) for d, s in stops(records).items()}
+def collect(outcome: RunOutcome, history: Path | None = None) -> Report:
+    """What a run's report shows: the tables derive wrote (or derived in memory) and the nightly history's view."""
+    run, manifest, trials, records = outcome.run, outcome.manifest, outcome.trials, outcome.run.records()
     ok = trials[trials["status"] == "ok"] if len(trials) else trials
-    aud = audit(trials, manifest, ceilings, seed=manifest.seed) if ceilings is not None and len(ok) else None
-    pre = prefill_view(trials, manifest, ceilings) if ceilings is not None and len(ok) else None
     failures = trials[trials["status"] != "ok"][["device", "trial_id", "arm", "attempts", "failure_kind",
                                                  "failure_message"]] if len(trials) else pd.DataFrame()
     kept_out = trials[(trials["status"] == "ok") & trials["excluded"].notna()][list(EXCLUDED_COLS)] if len(trials) \
         else pd.DataFrame()
-    report = Report(run=run, manifest=manifest, trials=trials, verdicts=table, stops=ended, audit=aud, prefill=pre,
-                    excluded=kept_out,
-                    gates=token_gates(manifest, records), reference_gates=_reference_gates(run, records, derived),
-                    failures=failures,
-                    nightly=_nightly(history, manifest), chips=device_chips(manifest, records), device_time=spent)
+    aud = outcome.audit if len(outcome.audit) else None
+    report = Report(run=run, manifest=manifest, trials=trials, verdicts=outcome.verdicts,
+                    stops={d: str(r) for d, r in outcome.stops.items()}, audit=aud,
+                    prefill=outcome.prefill if len(outcome.prefill) else None, excluded=kept_out,
+                    first_arm_gates=first_arm_gates(manifest, records),
+                    reference_gates=outcome.gates if len(outcome.gates) else None, failures=failures,
+                    nightly=_nightly(history, manifest), chips=outcome.chips, sessions=outcome.sessions)
     arms = [a.name for a in manifest.plan.arms]
     if len(trials):
         if len(ok):
             report.figures["distributions"] = plots.distributions(trials, arms)
         report.figures["trial_order"] = plots.trial_order(trials, arms)
-    if aud is not None and len(aud):
+    if aud is not None:
         report.figures["audit"] = plots.audit_bars(aud)
     if report.nightly is not None:
         n = report.nightly
@@ -192,28 +175,21 @@ def verdict_frame(report: Report) -> pd.DataFrame:
     return v.assign(
         comparison=v["candidate"] + " vs " + v["baseline"],
         n=[f"{_f(c, '.0f')}/{_f(b, '.0f')}" for c, b in zip(v["n_candidate"], v["n_baseline"], strict=True)],
-        ci=[f"{_f(r, '.3f')} [{_f(lo, '.3f')}, {_f(hi, '.3f')}]"
-            for r, lo, hi in zip(v["ratio"], v["ci_low"], v["ci_high"], strict=True)],
+        ci=[ratio_ci(r) for r in v.to_dict("records")],
     )
 
 
 def sessions_frame(report: Report) -> pd.DataFrame:
-    rows = []
-    spent = report.device_time.set_index("device") if len(report.device_time) else None
-    for s in report.manifest.sessions:
-        mine = report.trials[report.trials["device"] == s.device] if len(report.trials) else report.trials
-        ok = int((mine["status"] == "ok").sum()) if len(mine) else 0
-        rows.append({"device": s.device, "chip": report.chips.get(s.device, ""), "planned": len(s.trials),
-                     "ok": ok, "failed": len(mine) - ok, "settle": _f(mine["settle_waited_s"].median(), ".0f")
-                     if len(mine) else "-", "rose": int(mine["state_rose"].sum()) if len(mine) else 0,
-                     "session": report.stops.get(s.device, "not started"), "device_min": "-", "settle_share": "-",
-                     "split": "-"})
-        if spent is not None and s.device in spent.index:
-            row = spent.loc[s.device]
-            rows[-1].update(device_min=_f(row["total_min"], ".1f"), settle_share=_f(row["settle_share"], ".0%"),
-                            split=" / ".join(_f(row[k], ".1f") for k in ("prepare_min", "settle_min", "launch_min",
-                                                                         "measured_min", "retry_min")))
-    return pd.DataFrame(rows)
+    s = report.sessions
+    if not len(s):
+        return pd.DataFrame(columns=list(SESSION_COLS))
+    return s.assign(
+        chip=s["chip_class"], settle=[_f(x, ".0f") for x in s["settle_wait_median_s"]], rose=s["state_rose"],
+        session=s["stop"], device_min=[_f(x, ".1f") for x in s["total_min"]],
+        settle_share=[_f(x, ".0%") for x in s["settle_share"]],
+        split=[" / ".join(_f(r[k], ".1f") for k in ("prepare_min", "settle_min", "launch_min", "measured_min",
+                                                    "retry_min")) for r in s.to_dict("records")],
+    )
 
 
 SESSION_COLS = {"device": ("device", ""), "chip": ("chip", ""), "planned": ("planned", "d"), "ok": ("ok", "d"),
@@ -225,7 +201,7 @@ AUDIT_COLS = {"device": ("device", ""), "arm": ("arm", ""), "decode_tok_s": ("to
               "effective_gb_s": ("effective GB/s", ".1f"), "ceiling_gb_s": ("ceiling GB/s", ".1f"),
               "ratio": ("of ceiling", ".0%"), "ceiling_tok_s": ("tok/s at ceiling", ".1f"),
               "reading": ("reading", ""), "ceiling_source": ("ceiling from", "")}
-GATE_COLS = {"device": ("device", ""), "arm": ("arm", ""), "launches": ("launches", "d"),
+FIRST_ARM_GATE_COLS = {"device": ("device", ""), "arm": ("arm", ""), "launches": ("launches", "d"),
              "tokens": ("tokens", "d"), "gate": ("token gate vs the first arm", "")}
 REF_GATE_COLS = {"device": ("device", ""), "arm": ("arm", ""), "runtime": ("runtime", ""),
                  "quant_class": ("class", ""), "trials": ("trials", "d"), "prefill": ("prefill gate", ""),
@@ -249,9 +225,19 @@ def rule_text(report: Report) -> str:
             f"{report.manifest.plan.order.upper()} x {report.manifest.plan.blocks} blocks.")
 
 
+def arms_text(report: Report) -> str:
+    """Each arm with what its runtime is (the runtime catalog's label)."""
+    def label(runtime: str) -> str:
+        entry = catalog.get(runtime)
+        return f"{runtime}: {entry.label}" if entry is not None else runtime
+
+    return "Arms: " + "; ".join(f"{a.name} ({label(a.runtime)}{', build ' + a.build if a.build else ''})"
+                                for a in report.manifest.plan.arms) + "."
+
+
 def to_markdown(report: Report, image: Callable[[str], str]) -> str:
     """`image(name)` gives the link for a figure (a file beside the markdown)."""
-    parts = [f"# {md_text(title(report))}", "", rule_text(report), ""]
+    parts = [f"# {md_text(title(report))}", "", rule_text(report), "", md_text(arms_text(report)), ""]
     parts += [f"- {line}" for line in headline(report)] or ["- no verdicts: no finished trials"]
     parts += ["", "## Verdicts", "", md_table(verdict_frame(report), VERDICT_COLS), "",
               "## Sessions", "", md_table(sessions_frame(report), SESSION_COLS), ""]
@@ -275,7 +261,7 @@ def to_markdown(report: Report, image: Callable[[str], str]) -> str:
         parts += ["### Prefill: weights read once per M tokens", "", md_table(pre, {
             "device": ("device", ""), "chunk_width": ("M", "d"), "mb": ("MB per prefill token", ".1f"),
             "bound_tok_s": ("bandwidth bound tok/s", ".0f"), "regime": ("regime", "")}), ""]
-    parts += ["## Token gates", "", md_table(report.gates, GATE_COLS), ""]
+    parts += ["## Token gates", "", md_table(report.first_arm_gates, FIRST_ARM_GATE_COLS), ""]
     if report.reference_gates is not None:
         parts += ["### Against the numpy reference decoder (decode and prefill apart)", "",
                   md_table(report.reference_gates, REF_GATE_COLS), ""]

@@ -14,7 +14,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from orchestrator.results.store import usable
+from orchestrator.results.trials import usable
 
 PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22"]
 THERMAL_COLOR = {"nominal": "#d9f0d3", "fair": "#fee08b", "serious": "#fc8d59", "critical": "#d73027"}

@@ -20,8 +20,8 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from orchestrator.config.fleet import Fleet
 from orchestrator.config.plan import Plan
-from orchestrator.protocol.device import DeviceInfo, Interference, Placed, StreamProbe, Telemetry, TrialFailure
 from orchestrator.protocol import TrialResult
+from orchestrator.protocol.device import DeviceInfo, Interference, Placed, StreamProbe, Telemetry, TrialFailure
 
 SCHEMA_VERSION: Literal[1] = 1
 
@@ -140,7 +140,7 @@ class SettleWaiting(_Rec):
     why: str
 
 
-class ProbeRecord(_Rec):
+class StreamProbeRecord(_Rec):
     """The device's stream ceiling, measured at the start of its session."""
 
     type: Literal["probe"] = "probe"
@@ -238,7 +238,7 @@ class RunFinished(_Rec):
 
 
 Record = Annotated[
-    RunStarted | PreparedRecord | ProbeRecord | AttemptFailed | AttemptSpoiled | TrialRecord | LookRecord | SessionStopped
+    RunStarted | PreparedRecord | StreamProbeRecord | AttemptFailed | AttemptSpoiled | TrialRecord | LookRecord | SessionStopped
     | RunFinished,
     Field(discriminator="type"),
 ]

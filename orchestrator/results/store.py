@@ -1,4 +1,5 @@
-"""Run directories: `results/<run_id>/{manifest.json, journal.jsonl, trials.parquet, verdicts.csv}`.
+"""Run directories: `results/<run_id>/{manifest.json, journal.jsonl, derived.json}` and the tables derive writes
+(TABLES: trials.parquet, verdicts.csv, sessions.csv, ...).
 
 A run id is a name under the results folder, never a path. One process writes a run at a time: it
 holds an exclusive lock on `run.lock` for the run's life (the OS releases it when the process dies).
@@ -13,7 +14,6 @@ import json
 import os
 import re
 import shutil
-import statistics
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -23,7 +23,6 @@ from typing import Any
 import pandas as pd
 from pydantic import ValidationError
 
-from orchestrator.protocol import TrialResult
 from orchestrator.results.journal import Reading, read_records
 from orchestrator.results.records import (
     AttemptFailed,
@@ -31,11 +30,10 @@ from orchestrator.results.records import (
     LookRecord,
     Manifest,
     PreparedRecord,
-    ProbeRecord,
+    StreamProbeRecord,
     Record,
     SessionStopped,
     TrialRecord,
-    device_chips,
 )
 
 
@@ -53,6 +51,23 @@ class RunLocked(Exception):
 
 class RunNotWritable(Exception):
     """The run's folder cannot be written (read-only, not ours): it can be read, not run."""
+
+
+# Every table derive writes into a run's folder, by name. The first three are always written; the rest
+# where there is something to write (pooled classes, real trials to gate, a ceilings table to audit against).
+TABLES = {"trials": "trials.parquet", "verdicts": "verdicts.csv", "sessions": "sessions.csv",
+          "class_verdicts": "class_verdicts.csv", "token_gates": "token_gates.csv", "audit": "audit.csv",
+          "prefill": "prefill.csv"}
+ALWAYS = ("trials", "verdicts", "sessions")
+
+
+@dataclass(frozen=True)
+class Derived:
+    """What the last derive wrote for the journal as it is now: every table of TABLES by name, and the
+    digest of the ceilings table its audit was read against (None: no audit)."""
+
+    tables: dict[str, pd.DataFrame]
+    ceilings_sha256: str | None
 
 
 RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")  # a name, never a path: no `/`, `..`, leading `.` or `-`
@@ -74,21 +89,25 @@ class RunDir:
     def journal_path(self) -> Path:
         return self.path / "journal.jsonl"
 
+    def table_path(self, name: str) -> Path:
+        """Where derive writes the table `name` (one of TABLES)."""
+        return self.path / TABLES[name]
+
     @property
     def trials_path(self) -> Path:
-        return self.path / "trials.parquet"
+        return self.table_path("trials")
 
     @property
     def verdicts_path(self) -> Path:
-        return self.path / "verdicts.csv"
+        return self.table_path("verdicts")
 
     @property
     def gates_path(self) -> Path:
-        return self.path / "token_gates.csv"
+        return self.table_path("token_gates")
 
     @property
-    def device_time_path(self) -> Path:
-        return self.path / "device_time.csv"
+    def sessions_path(self) -> Path:
+        return self.table_path("sessions")
 
     @property
     def stamp_path(self) -> Path:
@@ -104,20 +123,28 @@ class RunDir:
                 n += len(chunk)
         return {"journal_bytes": n, "journal_sha256": h.hexdigest()}
 
-    def stamp(self, made_from: dict[str, Any], tables: list[Path]) -> None:
-        """Say which tables `derive` wrote from the journal as `made_from` describes it (written last)."""
-        write_atomic(self.stamp_path, json.dumps({**made_from, "tables": sorted(p.name for p in tables)},
-                                                 indent=1).encode())
+    def stamp(self, made_from: dict[str, Any], tables: list[Path], ceilings_sha256: str | None = None) -> None:
+        """Say which tables `derive` wrote from the journal as `made_from` describes it, and against which
+        ceilings table the audit was read (written last)."""
+        write_atomic(self.stamp_path, json.dumps({**made_from, "tables": sorted(p.name for p in tables),
+                                                  "ceilings_sha256": ceilings_sha256}, indent=1).encode())
 
-    def current(self, now: dict[str, Any] | None = None) -> set[str]:
-        """The tables the last derive wrote from the journal as it is now (`now`: its journal_stamp, when
-        the caller has it); none when the journal has changed since."""
+    def _current_stamp(self, now: dict[str, Any] | None = None) -> dict[str, Any] | None:
+        """The stamp of the last derive, when it was made from the journal as it is now."""
         try:
             stamp = json.loads(self.stamp_path.read_bytes())
             now = now if now is not None else self.journal_stamp()
         except (OSError, ValueError):
-            return set()
+            return None
         if not isinstance(stamp, dict) or any(stamp.get(k) != v for k, v in now.items()):
+            return None
+        return stamp
+
+    def current(self, now: dict[str, Any] | None = None) -> set[str]:
+        """The tables the last derive wrote from the journal as it is now (`now`: its journal_stamp, when
+        the caller has it); none when the journal has changed since."""
+        stamp = self._current_stamp(now)
+        if stamp is None:
             return set()
         return {name for name in stamp.get("tables", []) if (self.path / name).exists()}
 
@@ -125,20 +152,21 @@ class RunDir:
         """A table derived from the journal is current: the last derive wrote it from the journal as it is now."""
         return derived.name in self.current()
 
-    def derived(self, now: dict[str, Any] | None = None) -> dict[str, pd.DataFrame] | None:
-        """The tables the last derive wrote, when they are current (None: derive again): trials,
-        verdicts, device_time, and class_verdicts and token_gates where it wrote them (else empty)."""
-        current = self.current(now)  # the journal is hashed once for all of them
-        if not {p.name for p in (self.trials_path, self.verdicts_path, self.device_time_path)} <= current:
+    def derived(self, now: dict[str, Any] | None = None) -> Derived | None:
+        """The tables the last derive wrote, when they are current (None: derive again). Every name of
+        TABLES is there; one derive did not write (no pooled classes, no real trials, no ceilings) is empty."""
+        stamp = self._current_stamp(now)  # the journal is hashed once for all of them
+        if stamp is None:
+            return None
+        current = {name for name in stamp.get("tables", []) if (self.path / name).exists()}
+        if not {TABLES[t] for t in ALWAYS} <= current:
             return None
         try:
-            out = {"trials": pd.read_parquet(self.trials_path), "verdicts": pd.read_csv(self.verdicts_path),
-                   "device_time": pd.read_csv(self.device_time_path)}
-            for name, path in (("class_verdicts", self.path / "class_verdicts.csv"), ("token_gates", self.gates_path)):
-                out[name] = pd.read_csv(path) if path.name in current else pd.DataFrame()
+            tables = {name: (pd.read_parquet if file.endswith(".parquet") else pd.read_csv)(self.path / file)
+                      if file in current else pd.DataFrame() for name, file in TABLES.items()}
         except (OSError, ValueError):
             return None
-        return out
+        return Derived(tables, stamp.get("ceilings_sha256"))
 
     @property
     def lock_path(self) -> Path:
@@ -196,7 +224,7 @@ def _belongs(manifest: Manifest) -> Any:
     seen: set[tuple[str, str]] = set()
 
     def check(rec: Record) -> str | None:
-        device_records = (PreparedRecord | ProbeRecord | AttemptFailed | AttemptSpoiled | TrialRecord | LookRecord
+        device_records = (PreparedRecord | StreamProbeRecord | AttemptFailed | AttemptSpoiled | TrialRecord | LookRecord
                           | SessionStopped)
         if not isinstance(rec, device_records):
             return None
@@ -266,127 +294,6 @@ def write_atomic(path: Path, data: bytes) -> None:
 def new_run_id(plan_name: str, now: datetime | None = None) -> str:
     now = now or datetime.now(UTC)
     return f"{now:%Y%m%d-%H%M%S}-{plan_name}-{os.urandom(2).hex()}"
-
-
-def trial_rows(manifest: Manifest, records: list[Record]) -> pd.DataFrame:
-    """One row per final trial record: the flat table analysis and reports work on."""
-    arms = {a.name: a for a in manifest.plan.arms}
-    probes = {r.device: r.probe.gb_s for r in records if isinstance(r, ProbeRecord)}
-    chips = device_chips(manifest, records)
-    retried: dict[tuple[str, str], float] = {}  # failed attempts before the final one: settle + launch
-    for r in records:
-        if isinstance(r, AttemptFailed | AttemptSpoiled):
-            retried[r.device, r.trial_id] = retried.get((r.device, r.trial_id), 0.0) + r.settle_waited_s + r.duration_s
-    rows: list[dict[str, Any]] = []
-    for rec in records:
-        if not isinstance(rec, TrialRecord):
-            continue
-        arm = arms[rec.arm]
-        res, before, after = rec.result, rec.settle.before, rec.after
-        gen = res.trial1 if res else None
-        warm = [g.decode_tok_s() for g in res.warm] if res else []
-        rows.append({
-            "run_id": manifest.run_id, "device": rec.device, "chip_class": chips.get(rec.device),
-            "trial_id": rec.trial_id, "seq": rec.seq,
-            "block": rec.block, "arm": rec.arm, "runtime": arm.runtime, "build": arm.build,
-            "attempts": rec.attempts, "status": "ok" if res else "failed",
-            "failure_kind": rec.failure.kind if rec.failure else None,
-            "failure_message": rec.failure.message if rec.failure else None,
-            "decode_tok_s": res.decode_tok_s() if res else None,
-            "prefill_tok_s": res.prefill_tok_s() if res else None,
-            "ttft_s": gen.ttft_ns * 1e-9 if gen else None,
-            "warm_decode_tok_s": statistics.median(warm) if warm else None,
-            "bytes_per_decode_token": res.bytes_per_decode_token if res else None,
-            "bytes_per_prefill_token": res.bytes_per_prefill_token if res else None,
-            "effective_gb_s": res.effective_gb_s() if res else None,
-            "chunk_width": res.chunk_width if res else manifest.plan.trial.chunk_width,
-            "engine_version": res.engine_version if res else None,
-            "harness_build": res.harness_build if res else None,
-            "thermal_before": before.thermal_state if before else None,
-            "thermal_after": after.thermal_state if after else None,
-            "state_rose": rec.state_rose,
-            "battery_before_c": before.battery_c if before else None,
-            "battery_after_c": after.battery_c if after else None,
-            "settle_waited_s": rec.settle.waited_s,
-            "other_cpu_share": rec.interference.share if rec.interference else None,
-            "throttle_slowdown": rec.settle.throttle.slowdown if rec.settle.throttle else None,
-            "excluded": rec.excluded,
-            "probe_gb_s": probes.get(rec.device),
-            "t_start_s": rec.t_start, "duration_s": rec.duration_s,
-            "measured_s": (timed := min(measured_s(res), rec.duration_s) if res else 0.0),
-            "launch_s": rec.duration_s - timed,
-            "retry_s": retried.get((rec.device, rec.trial_id), 0.0),
-            "wall_start": datetime.fromtimestamp(rec.wall, UTC),
-        })
-    frame = pd.DataFrame(rows, columns=_COLUMNS)
-    return frame.sort_values(["device", "seq"], kind="stable").reset_index(drop=True)
-
-
-_COLUMNS = [
-    "run_id", "device", "chip_class", "trial_id", "seq", "block", "arm", "runtime", "build", "attempts", "status",
-    "failure_kind", "failure_message", "decode_tok_s", "prefill_tok_s", "ttft_s", "warm_decode_tok_s",
-    "bytes_per_decode_token", "bytes_per_prefill_token", "effective_gb_s", "chunk_width", "engine_version",
-    "harness_build", "thermal_before", "thermal_after", "state_rose", "battery_before_c", "battery_after_c",
-    "settle_waited_s", "other_cpu_share", "throttle_slowdown", "excluded", "probe_gb_s", "t_start_s", "duration_s",
-    "measured_s", "launch_s", "retry_s", "wall_start",
-]
-
-
-def measured_s(result: TrialResult) -> float:
-    """The timed part of a launch: each generation from submit to its last token (trial1, warm ones)."""
-    gens = [g for g in (result.trial1, *result.warm) if g is not None]
-    return sum(g.token_times_ns[-1] for g in gens if g.token_times_ns) * 1e-9
-
-
-def usable(trials: pd.DataFrame, column: str = "decode_tok_s") -> pd.DataFrame:
-    """The trials a conclusion may be drawn from: finished, with `column`, and not excluded (other work took
-    the CPU, or the device ran throttled). Tables without an `excluded` column (older runs) exclude none."""
-    keep = (trials["status"] == "ok") & trials[column].notna()
-    if "excluded" in trials.columns:
-        keep &= trials["excluded"].isna()
-    return trials[keep]
-
-
-def excluded_counts(trials: pd.DataFrame) -> dict[str, dict[str, int]]:
-    """Per device, how many finished trials were excluded and why (the reason's first word)."""
-    if "excluded" not in trials.columns:
-        return {}
-    out: dict[str, dict[str, int]] = {}
-    hit = trials[(trials["status"] == "ok") & trials["excluded"].notna()]
-    for device, why in zip(hit["device"], hit["excluded"], strict=True):
-        kind = str(why).split(":", 1)[0]
-        out.setdefault(str(device), {}).setdefault(kind, 0)
-        out[str(device)][kind] += 1
-    return out
-
-
-def excluded_words(trials: pd.DataFrame) -> str | None:
-    """One line saying what was excluded, or None when nothing was."""
-    counts = excluded_counts(trials)
-    if not counts:
-        return None
-    total = sum(sum(c.values()) for c in counts.values())
-    per = "; ".join(f"{d}: " + ", ".join(f"{n} {k}" for k, n in sorted(c.items())) for d, c in sorted(counts.items()))
-    kinds = {k for c in counts.values() for k in c}
-    why = [text for kind, text in (("interference", "other processes took more of the CPU than the plan allows"),
-                                   ("throttled", "the throttle probe stayed slow (throttled, whatever the OS said)"))
-           if kind in kinds]
-    return (f"{total} finished trial{'s' if total != 1 else ''} excluded from verdicts, the audit and rank ({per}): "
-            + "; ".join(why or ["see the trials' `excluded` column"]))
-
-
-def stops(records: list[Record]) -> dict[str, SessionStopped]:
-    """The last stop record of each device."""
-    return {r.device: r for r in records if isinstance(r, SessionStopped)}
-
-
-def load_trials(run_dir: str | Path) -> pd.DataFrame:
-    """The public loader: one row per planned trial that finished (ok or failed)."""
-    run = RunDir(Path(run_dir))
-    if run.fresh(run.trials_path):
-        return pd.read_parquet(run.trials_path)
-    return trial_rows(run.manifest(), run.records())
-
 
 
 REGISTRY_FILE = "noise_registry.csv"  # in the results folder: every A/A run's noise per device (analysis.noise)

@@ -54,7 +54,7 @@ class ClassPool:
     name: str
     members: list[str]
     plan: Plan
-    seed: int = 0
+    look_seed: int = 0  # the run's seed (manifest.seed): the looks' resampling
     values: dict[str, list[tuple[int, int, float]]] = field(default_factory=dict)  # arm -> (seq, block, value)
     done: dict[str, int] = field(default_factory=dict)  # member -> highest seq finished
     active: set[str] = field(default_factory=set)
@@ -107,7 +107,7 @@ class ClassPool:
             if index is None:
                 continue
             samples = {a: ArmSample.of(a, [(b, v) for s, b, v in self.values.get(a, []) if s <= upto]) for a in arms}
-            taken = take_look(samples, self.plan.pairs(), rule, index, cap=cap, seed=self.seed)
+            taken = take_look(samples, self.plan.pairs(), rule, index, cap=cap, seed=self.look_seed)
             self.looks_done = index + 1
             if taken.action == "decided":
                 self.decided = f"class {self.name}: pooled look {index} at {n} launches per arm"
@@ -122,7 +122,7 @@ def pools_for(manifest: Manifest, records: list[Any], running: list[str]) -> dic
     devices = [s.device for s in manifest.sessions]
     out: dict[str, ClassPool] = {}
     for name, members in classes(plan, fleet_chips(manifest.fleet), devices).items():
-        pool = ClassPool(name, members, plan, seed=manifest.seed)
+        pool = ClassPool(name, members, plan, look_seed=manifest.seed)
         for r in records:
             if isinstance(r, TrialRecord) and r.device in members:
                 value = plan.decision.measure(r.result) if r.result is not None and r.excluded is None else None

@@ -15,10 +15,10 @@ from orchestrator.results.records import (
     LookRecord,
     Manifest,
     PreparedRecord,
-    ProbeRecord,
     Record,
     SessionStopped,
     StopReason,
+    StreamProbeRecord,
     TrialRecord,
 )
 from orchestrator.schedule.pool import pools_for
@@ -48,7 +48,7 @@ def resume_state(manifest: Manifest, records: list[Record]) -> dict[str, Session
             states[rec.device].prepared = rec
         elif isinstance(rec, LookRecord):
             states[rec.device].looks_done = rec.look + 1
-        elif isinstance(rec, ProbeRecord):
+        elif isinstance(rec, StreamProbeRecord):
             states[rec.device].probed = True
     return {d: s for d, s in states.items() if not ended(manifest, records, d, s)}
 
@@ -85,7 +85,7 @@ async def run_sessions(
         session = Session(
             run_id=manifest.run_id, plan=manifest.plan, schedule=manifest.session(device_id), device=device,
             clock=clock, journal=journal, state=states[device_id],
-            artifacts=(artifacts or {}).get(device_id, Artifacts()), observe=observe, seed=manifest.seed,
+            artifacts=(artifacts or {}).get(device_id, Artifacts()), observe=observe, look_seed=manifest.seed,
             pool=pools.get(device_id), accept_change=accept_change,
         )
         try:

@@ -23,13 +23,13 @@ from orchestrator.results.records import (
     LookPair,
     LookRecord,
     PreparedRecord,
-    ProbeRecord,
     PushProgress,
     ScheduledTrial,
     SessionPlan,
     SessionStopped,
     SettleWaiting,
     StopReason,
+    StreamProbeRecord,
     ThrottleCheck,
     TrialRecord,
 )
@@ -68,7 +68,7 @@ class Session:
     state: SessionState = field(default_factory=SessionState)
     artifacts: Artifacts = field(default_factory=Artifacts)
     observe: Observer = lambda device, record: None
-    seed: int = 0
+    look_seed: int = 0  # the run's seed (manifest.seed): the looks' resampling; prompts come from plan.seed
     model: str | None = None  # the model as this device's programs name it, once prepare has placed it
     tuning: dict[str, str] = field(default_factory=dict)  # arm -> its tuning table as the device names it
     pool: ClassPool | None = None  # the class this device answers with (pool_by), when pooled
@@ -117,7 +117,7 @@ class Session:
             wall=self.clock.wall())
         self._emit(self.state.prepared)
         if self.plan.probe and not self.state.probed:
-            await self._probe()
+            await self._stream_probe()
         gate = SettleGate(self.plan.settle, self.clock, lambda why: self.observe(self.schedule.device,
                                                                                   SettleWaiting(why=why)),
                           self.plan.interference)
@@ -237,15 +237,15 @@ class Session:
                     f"(limit {limit.max_other_cpu_share:.0%}){who}")
         return None
 
-    async def _probe(self) -> None:
+    async def _stream_probe(self) -> None:
         """The ceiling for the audit, once per session; a device that cannot probe just has none."""
         try:
-            measured = await self.device.probe()
+            measured = await self.device.stream_probe()
         except Exception:  # no ceiling from this device: the audit falls back to ceilings.yaml
             measured = None
         self.state.probed = True
         if measured is not None:
-            self._emit(ProbeRecord(device=self.schedule.device, probe=measured, wall=self.clock.wall()))
+            self._emit(StreamProbeRecord(device=self.schedule.device, probe=measured, wall=self.clock.wall()))
 
     def _pushing(self, name: str, sent: int, total: int) -> None:
         self.observe(self.schedule.device, PushProgress(name=name, sent=sent, total=total))
@@ -282,7 +282,8 @@ class Session:
         if index is None:
             return None
         samples = {a: ArmSample.of(a, self.state.values.get(a, [])) for a in arms}
-        taken = take_look(samples, self.plan.pairs(), rule, index, cap=self.plan.launches_per_arm(), seed=self.seed)
+        taken = take_look(samples, self.plan.pairs(), rule, index, cap=self.plan.launches_per_arm(),
+                          seed=self.look_seed)
         self.state.looks_done = index + 1
         self._emit(LookRecord(
             device=self.schedule.device, look=index, n_per_arm=taken.n_per_arm, action=taken.action,

@@ -21,7 +21,4 @@ public struct LlamaBuild: Encodable, Sendable {
             ggmlVersion: String(cString: ggml_version()), commit: String(cString: ggml_commit()),
             systemInfo: String(cString: llama_print_system_info()).trimmingCharacters(in: CharacterSet(charactersIn: " |")))
     }
-
-    /// One line for a result's `engine_version`.
-    public var summary: String { "llama.cpp \(commit), ggml \(ggmlVersion); \(systemInfo)" }
 }

@@ -11,7 +11,7 @@ import llama
 public final class LlamaCpp: Engine {
     public static let engineName = "llamacpp"
     /// Bumped when this wrapper changes what it asks of llama.cpp.
-    public static let engineVersion = "llamacpp 1"
+    public static let engineVersion = "llamacpp 2"
 
     public let name = LlamaCpp.engineName
     public let version: String
@@ -20,6 +20,8 @@ public final class LlamaCpp: Engine {
     public let threads: Int?
     /// Tokens per `llama_decode` call in prefill (n_batch = n_ubatch: weights read once per chunk).
     public let batch: Int
+    /// What the context was asked for (llama.cpp resolves `auto` when it makes the context).
+    public let flashAttention: FlashAttention
     /// Weight bytes per token, counted from the file by llama.cpp's own GGUF reader.
     public let weights: LlamaWeightBytes
     public var bytesPerDecodeToken: Int { weights.perDecodeToken }
@@ -30,9 +32,11 @@ public final class LlamaCpp: Engine {
 
     /// Loads `modelPath` for `positions` positions on `threads` CPU threads. `repack` turns on
     /// llama.cpp's extra buffer types (the CPU weight repack; off by default as in orch's
-    /// out-of-process adapter: it faults on AMX-capable CPUs for quantized models).
+    /// out-of-process adapter: it faults on AMX-capable CPUs for quantized models). `flashAttention`:
+    /// off by default as in that adapter (llama-cpp-python asks for it off unless told otherwise,
+    /// where llama.cpp's own default is auto, which turns it on for the CPU backend).
     public init(modelPath: String, threads: Int, positions: Int, batch: Int, repack: Bool = false,
-                dropPageCache: Bool = false) throws {
+                flashAttention: FlashAttention = .off, dropPageCache: Bool = false) throws {
         LlamaLog.start()
         guard FileManager.default.fileExists(atPath: modelPath) else {
             throw HarnessError(.modelNotFound, "cannot open model \(modelPath): no such file")
@@ -52,6 +56,7 @@ public final class LlamaCpp: Engine {
         cp.n_threads = Int32(threads)
         cp.n_threads_batch = Int32(threads)
         cp.no_perf = true
+        cp.flash_attn_type = flashAttention.llama
         guard let c = llama_init_from_model(m, cp) else {
             llama_model_free(m)
             throw HarnessError(.outOfMemory, "llama.cpp cannot make a context of \(positions) positions: \(LlamaLog.recent())")
@@ -59,6 +64,7 @@ public final class LlamaCpp: Engine {
         context = c
         self.threads = threads
         self.batch = Int(cp.n_batch)
+        self.flashAttention = flashAttention
         // llama.cpp rounds the context up (to 256) and runs past the trained context with a
         // warning; the raw loops refuse beyond it, so the same spec fails alike on both.
         contextLength = min(Int(llama_n_ctx(c)), Int(llama_model_n_ctx_train(m)))
@@ -70,7 +76,9 @@ public final class LlamaCpp: Engine {
             llama_model_free(m)
             throw error
         }
-        version = "\(LlamaCpp.engineVersion) (\(LlamaBuild.current.summary))"
+        let build = LlamaBuild.current
+        version = "\(LlamaCpp.engineVersion) (llama.cpp \(build.commit), ggml \(build.ggmlVersion); "
+            + "flash attention \(flashAttention.rawValue); \(build.systemInfo))"
     }
 
     deinit {

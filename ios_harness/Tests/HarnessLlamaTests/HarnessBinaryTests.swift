@@ -48,6 +48,6 @@ import HarnessCore
         #expect(code == 0 && text.hasSuffix("HARNESS_DONE tb \(out.path)\n"), "\(text)")
         let result = try ProtocolJSON.decoder().decode(TrialResult.self, from: Data(contentsOf: out))
         #expect(result.status == .ok && result.engine == "llamacpp" && result.trial1?.tokenIds.count == 5)
-        #expect(result.bytesPerDecodeToken != nil && result.engineVersion.hasPrefix("llamacpp 1 (llama.cpp "))
+        #expect(result.bytesPerDecodeToken != nil && result.engineVersion.hasPrefix("llamacpp 2 (llama.cpp "))
     }
 }

@@ -59,7 +59,7 @@ import HarnessModel
         let path = Self.path("t1", "Q8_0")
         let r = try run(Self.spec(path, decode: 10, warm: 1, clear: ["page_cache", "compiled_kernels"]))
         #expect(r.status == .ok && r.engine == "llamacpp" && r.threads == 1, "\(String(describing: r.error))")
-        #expect(r.engineVersion.hasPrefix("llamacpp 1 (llama.cpp ") && r.engineVersion.contains("ggml "), "\(r.engineVersion)")
+        #expect(r.engineVersion.hasPrefix("llamacpp 2 (llama.cpp ") && r.engineVersion.contains("ggml "), "\(r.engineVersion)")
         #expect(r.coldCaches == ["compiled_kernels", "page_cache"])
         let g = try #require(r.trial1)
         #expect(g.tokenIds.count == 10 && g.tokenTimesNs.count == 10)
@@ -67,6 +67,19 @@ import HarnessModel
         #expect(zip(g.tokenTimesNs, g.tokenTimesNs.dropFirst()).allSatisfy { $0 < $1 })
         // A fresh context per generation: the warm repetition decodes the same tokens.
         #expect(r.warm.count == 1 && r.warm[0].tokenIds == g.tokenIds)
+    }
+
+    /// Flash attention as asked (off unless the tuning says otherwise, as in orch's adapter), named
+    /// in the version; on these F32 models no greedy step is near a tie, so the tokens do not change.
+    @Test(arguments: [(TuningValue?.none, "off"), (.bool(false), "off"), (.bool(true), "on"), (.string("auto"), "auto")])
+    func flashAttentionIsAskedForAndNamed(_ setting: (TuningValue?, String)) throws {
+        let path = Self.path("t1", "F32")
+        let tuning = setting.0.map { ["flash_attn": $0] } ?? [:]
+        let r = try run(Self.spec(path, decode: 16, tuning: tuning))
+        let off = try run(Self.spec(path, decode: 16, tuning: ["flash_attn": .bool(false)]))
+        #expect(r.status == .ok, "\(String(describing: r.error))")
+        #expect(r.engineVersion.contains("; flash attention \(setting.1); "), "\(r.engineVersion)")
+        #expect(r.trial1?.tokenIds == off.trial1?.tokenIds)
     }
 
     /// Bytes per token by the raw loops' rule, counted by ggml's reader: equal to HarnessModel's count.
@@ -104,6 +117,8 @@ import HarnessModel
         #expect(try kind(Self.spec(path, tuning: ["kernels": .string("avx2")])) == .badTuning)
         #expect(try kind(Self.spec(path, tuning: ["n_batch": .int(0)])) == .badTuning)
         #expect(try kind(Self.spec(path, tuning: ["repack": .int(1)])) == .badTuning)
+        #expect(try kind(Self.spec(path, tuning: ["flash_attn": .string("yes")])) == .badTuning)
+        #expect(try kind(Self.spec(path, tuning: ["flash_attn": .int(1)])) == .badTuning)
         #expect(try kind(Self.spec(path, clear: ["kv_cache"])) == .badSpec)
         // The runner's checks apply as to every engine: a context the model cannot hold.
         #expect(try kind(Self.spec(path, prompt: 100, decode: 40)) == .contextOverflow)

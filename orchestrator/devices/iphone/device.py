@@ -14,16 +14,16 @@ from orchestrator.clock import Clock, SystemClock
 from orchestrator.config.fleet import IphoneDeviceConfig
 from orchestrator.devices.base import Device
 from orchestrator.devices.iphone import install as inst
+from orchestrator.devices.iphone.artifacts import place_in
 from orchestrator.devices.iphone.chips import chip_class, model_name
 from orchestrator.devices.iphone.connect import Connector, UsbConnector
-from orchestrator.devices.iphone.container import BadPush, BadResultFile, Container, VendModes
+from orchestrator.devices.iphone.container import BadPush, Container, VendModes
 from orchestrator.devices.iphone.crash import latest_crash
 from orchestrator.devices.iphone.errors import call, developer_service, fixes, opened, unavailable
 from orchestrator.devices.iphone.launch import Outcome, launch_and_wait
 from orchestrator.devices.iphone.paths import (
     Place,
     UnsafeName,
-    artifact_place,
     check_bundle_id,
     check_id,
     documents,
@@ -33,7 +33,6 @@ from orchestrator.devices.iphone.paths import (
 from orchestrator.devices.iphone.telemetry import ThermalProbe, battery, last_thermal
 from orchestrator.protocol import ThermalState, TrialResult, TrialSpec, for_harness
 from orchestrator.protocol.device import (
-    ArtifactFile,
     Artifacts,
     DeviceInfo,
     DeviceUnavailable,
@@ -45,7 +44,6 @@ from orchestrator.protocol.device import (
     TrialFailure,
     result_or_failure,
 )
-from orchestrator.runners.deploy import MARKER, Throttle, check_room
 
 if TYPE_CHECKING:
     from pymobiledevice3.lockdown_service_provider import LockdownServiceProvider
@@ -168,7 +166,7 @@ class IphoneDevice(Device):
                                     state="harness_missing") from exc
         lockdown = await self._lockdown("prepare")
         try:
-            report = await self._prepare(lockdown, wanted)
+            report = await inst.reconcile(lockdown, wanted, self.cfg, self._vend, self.id)
         except DeviceUnavailable:
             raise
         except Exception as exc:
@@ -194,39 +192,8 @@ class IphoneDevice(Device):
         placed: list[Placed] = []
         if artifacts.files:
             for bundle in self._apps_for(artifacts.engines):
-                placed += await self._place_in(lockdown, bundle, artifacts.files, progress)
-        return placed
-
-    async def _place_in(
-        self, lockdown: LockdownServiceProvider, bundle: str, files: list[ArtifactFile], progress: Progress | None
-    ) -> list[Placed]:
-        """Each file into ``bundle``'s Documents (``Documents/<name>``) over AFC unless its marker
-        (``<name>.sha256``) and size say it is there; refused up front when the phone lacks the room."""
-        async with Container(lockdown, bundle, documents_only=self._vend,
-                             timeout=self.cfg.call_timeout_s) as box:
-            todo: list[ArtifactFile] = []
-            for f in files:
-                try:
-                    marker = await box.read(artifact_place(f.name, MARKER))
-                except BadResultFile:  # a directory where the marker goes: push again
-                    marker = None
-                held = marker is not None and marker.decode("utf-8", "replace").strip() == f.sha256
-                if not held or await box.size(artifact_place(f.name)) != f.size:
-                    todo.append(f)
-            if todo and (free := await box.free_bytes()) is not None:  # a phone that does not say is tried
-                check_room(self.id, f"{bundle}'s Documents/models", sum(f.size for f in todo), free)
-            placed: list[Placed] = []
-            for f in files:
-                place = artifact_place(f.name)
-                if f not in todo:
-                    placed.append(Placed(name=f.name, path=place.app, sha256=f.sha256, bytes_sent=0, app=bundle))
-                    continue
-                t0 = self.clock.now()
-                await box.remove(artifact_place(f.name, MARKER))
-                await box.push(Path(f.source), place, f.sha256, Throttle(progress, f.name, f.size))
-                await box.write(artifact_place(f.name, MARKER), f"{f.sha256}\n".encode())
-                placed.append(Placed(name=f.name, path=place.app, sha256=f.sha256, bytes_sent=f.size,
-                                     seconds=round(self.clock.now() - t0, 3), app=bundle))
+                placed += await place_in(lockdown, bundle, artifacts.files, progress, device=self.id,
+                                         vend=self._vend, timeout=self.cfg.call_timeout_s, clock=self.clock)
         return placed
 
     def _wanted(self, artifacts: Artifacts) -> list[inst.Wanted]:
@@ -242,44 +209,6 @@ class IphoneDevice(Device):
             p = Path(artifacts.extra.get(bundle, path)).expanduser()
             wanted.append(inst.Wanted(check_bundle_id(bundle), p, inst.sha256_of(p)))
         return wanted
-
-    async def _prepare(self, lockdown: LockdownServiceProvider, wanted: list[inst.Wanted]) -> PrepareReport:
-        cfg, t = self.cfg, self.cfg.call_timeout_s
-        bundles = [w.bundle_id for w in wanted]
-        apps = await inst.installed_apps(lockdown, bundles, t)
-        marker: dict[str, dict[str, str]] = {}
-        if cfg.bundle_id in apps:
-            marker = inst.parse_marker(await inst.read_marker(lockdown, cfg.bundle_id, self._vend, t))
-
-        def current(w: inst.Wanted) -> bool:
-            if w.bundle_id not in apps:
-                return False
-            if w.sha256 is None:
-                return True  # nothing to compare with: what is installed stays
-            seen = marker.get(w.bundle_id, {})
-            return seen.get("sha256") == w.sha256 and seen.get("version") == inst.bundle_version(apps[w.bundle_id])
-
-        todo = [w for w in wanted if not current(w)]
-        for w in todo:
-            if w.package is None:
-                raise DeviceUnavailable(f"{self.id}: {w.bundle_id} is not installed and no .ipa is configured",
-                                        fixes(cfg.udid)["harness_missing"], "harness_missing")
-            found = inst.package_bundle_id(w.package)
-            if found != w.bundle_id:
-                raise DeviceUnavailable(f"{self.id}: {w.package} is {found}, not {w.bundle_id}",
-                                        "point the fleet file at the right .ipa", "harness_missing")
-            await inst.install(lockdown, w.package, cfg.install_timeout_s)
-        if todo:
-            apps = await inst.installed_apps(lockdown, bundles, t)
-            for w in wanted:
-                if w.bundle_id not in apps:
-                    raise DeviceUnavailable(f"{self.id}: {w.bundle_id} missing after install", state="error")
-                version = inst.bundle_version(apps[w.bundle_id])
-                marker[w.bundle_id] = {"sha256": w.sha256 or "unknown", "version": version}
-            await inst.write_marker(lockdown, cfg.bundle_id, marker, self._vend, t)
-        harness = wanted[0]
-        installed = harness.sha256 or inst.bundle_version(apps[harness.bundle_id])
-        return PrepareReport(installed=installed, skipped=not todo)
 
     # -- telemetry ---------------------------------------------------------------------------------
     async def telemetry(self) -> Telemetry:
@@ -303,14 +232,14 @@ class IphoneDevice(Device):
 
     async def _thermal_now(self) -> tuple[ThermalState | None, bool | None]:
         if self.cfg.thermal_probe:
-            probe = await self._probe()
+            probe = await self._thermal_probe()
             if probe is not None:
                 return probe.thermal_state, probe.low_power
         if self._thermal is not None and self.clock.now() - self._thermal[0] <= self.cfg.thermal_max_age_s:
             return self._thermal[1], None
         return None, None
 
-    async def _probe(self) -> ThermalProbe | None:
+    async def _thermal_probe(self) -> ThermalProbe | None:
         """A short ``--probe thermal`` launch; None when it cannot be read (named in unavailable)."""
         self._probes += 1
         token = f"probe-{self._probes:06d}"

@@ -21,10 +21,11 @@ from typing import TYPE_CHECKING, Any
 
 from packaging.version import InvalidVersion, Version
 
+from orchestrator.config.fleet import IphoneDeviceConfig
 from orchestrator.devices.iphone.container import Container, VendModes
-from orchestrator.devices.iphone.errors import call, opened
+from orchestrator.devices.iphone.errors import call, fixes, opened
 from orchestrator.devices.iphone.paths import check_bundle_id, marker_place
-from orchestrator.protocol.device import DeviceUnavailable
+from orchestrator.protocol.device import DeviceUnavailable, PrepareReport
 
 if TYPE_CHECKING:
     from pymobiledevice3.lockdown_service_provider import LockdownServiceProvider
@@ -177,3 +178,45 @@ async def write_marker(
     data = json.dumps({"schema": 1, "apps": apps}, indent=1, sort_keys=True).encode()
     async with Container(lockdown, harness, documents_only=documents_only, timeout=timeout) as c:
         await c.write(marker_place(), data)
+
+
+async def reconcile(lockdown: LockdownServiceProvider, wanted: list[Wanted], cfg: IphoneDeviceConfig, vend: VendModes,
+                    device: str) -> PrepareReport:
+    """Install each wanted app whose installed copy is not the one recorded (the marker's sha256 and
+    bundle version), then record what is installed; the report says whether anything was installed."""
+    t = cfg.call_timeout_s
+    bundles = [w.bundle_id for w in wanted]
+    apps = await installed_apps(lockdown, bundles, t)
+    marker: dict[str, dict[str, str]] = {}
+    if cfg.bundle_id in apps:
+        marker = parse_marker(await read_marker(lockdown, cfg.bundle_id, vend, t))
+
+    def current(w: Wanted) -> bool:
+        if w.bundle_id not in apps:
+            return False
+        if w.sha256 is None:
+            return True  # nothing to compare with: what is installed stays
+        seen = marker.get(w.bundle_id, {})
+        return seen.get("sha256") == w.sha256 and seen.get("version") == bundle_version(apps[w.bundle_id])
+
+    todo = [w for w in wanted if not current(w)]
+    for w in todo:
+        if w.package is None:
+            raise DeviceUnavailable(f"{device}: {w.bundle_id} is not installed and no .ipa is configured",
+                                    fixes(cfg.udid)["harness_missing"], "harness_missing")
+        found = package_bundle_id(w.package)
+        if found != w.bundle_id:
+            raise DeviceUnavailable(f"{device}: {w.package} is {found}, not {w.bundle_id}",
+                                    "point the fleet file at the right .ipa", "harness_missing")
+        await install(lockdown, w.package, cfg.install_timeout_s)
+    if todo:
+        apps = await installed_apps(lockdown, bundles, t)
+        for w in wanted:
+            if w.bundle_id not in apps:
+                raise DeviceUnavailable(f"{device}: {w.bundle_id} missing after install", state="error")
+            version = bundle_version(apps[w.bundle_id])
+            marker[w.bundle_id] = {"sha256": w.sha256 or "unknown", "version": version}
+        await write_marker(lockdown, cfg.bundle_id, marker, vend, t)
+    harness = wanted[0]
+    installed = harness.sha256 or bundle_version(apps[harness.bundle_id])
+    return PrepareReport(installed=installed, skipped=not todo)
