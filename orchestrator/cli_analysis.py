@@ -208,7 +208,8 @@ def nightly_cmd(
         outcome = asyncio.run(run_night(
             fleet, plan or [], reference=reference, candidate=candidate, night=night, results=results,
             history=history or results / "history", junit=junit, summary_md=summary, resume=resume,
-            on_start=started,
+            on_start=started, say=lambda line: (err if as_json else out).print(
+                line, markup=False, highlight=False, soft_wrap=True),
         ))
         written.append(outcome.junit_path)
         s = outcome.summary
