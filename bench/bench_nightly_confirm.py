@@ -12,6 +12,11 @@ Noise: the simulator's defaults (6% lognormal per launch, AR(1) 0.3, drift, 3% o
 Cases: quiet nights (candidate = reference) and a 5% regression on its first night. The rule's thresholds
 on the night's final comparison are also tabulated on the same nights (a grid), to show the margin.
 
+Designs on noisier phones (9% per launch): with the noise registry, each phone first runs the A/A plan
+(configs/plans/aa-calibration.yaml, its own noise seed), registered as `orch run` does (`noise.readings`),
+and its night's confirmation cap is what `orch nightly` gives it (`prerun.night_caps`); without, the plan's.
+A command that measures some designs keeps the others' figures (each with the command that made them).
+
 Writes bench/results/nightly_confirm.md and .json.
 Usage: python bench/bench_nightly_confirm.py [--quiet N] [--regressed N] [--designs ...]
 """
@@ -21,9 +26,12 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import shlex
 import sys
 import time
-from datetime import date
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
 
@@ -35,48 +43,74 @@ import pandas as pd  # noqa: E402
 from scipy.stats import beta  # noqa: E402
 
 from orchestrator import core  # noqa: E402
+from orchestrator.analysis import noise  # noqa: E402
 from orchestrator.analysis.confirm import after, decide, extension_blocks, extension_plan, suspicious  # noqa: E402
 from orchestrator.analysis.nightly import alarms, night_rows, pin_builds, rule_of  # noqa: E402
+from orchestrator.analysis.prerun import night_caps  # noqa: E402
 from orchestrator.analysis.summary import verdicts  # noqa: E402
 from orchestrator.config import Fleet, Plan, load_plan  # noqa: E402
+from orchestrator.results.records import device_chips  # noqa: E402
 
 NIGHTLY = ROOT / "configs" / "plans" / "nightly.yaml"
 EXTENSION_SEED = 500_000  # the extension run's noise seed: the phone's seed + this
+AA_PLAN = ROOT / "configs" / "plans" / "aa-calibration.yaml"
+AA_SEED = 700_000  # the A/A run's noise seed (for the registry): the phone's seed + this
+RESULTS_JSON = ROOT / "bench" / "results" / "nightly_confirm.json"
 
 
-def designs() -> dict[str, Plan]:
+@dataclass(frozen=True)
+class Design:
+    plan: Plan
+    sigma: float = 0.06  # the simulated phones' per-launch noise
+    registry: bool = False  # each phone's cap from its own A/A reading in a noise registry (else the plan's)
+
+
+def designs() -> dict[str, Design]:
     shipped = load_plan(NIGHTLY).model_copy(update={"devices": None})
     bare = Plan.model_validate({"name": "defaults", "model": shipped.model, "seed": 11, "arms": [
         {"name": "reference", "runtime": "rawloop-metal"}, {"name": "candidate", "runtime": "rawloop-metal"}]})
-    return {"configs/plans/nightly.yaml": shipped, "defaults (no decision, blocks or nightly fields)": bare}
+    return {"configs/plans/nightly.yaml": Design(shipped), "defaults (no decision, blocks or nightly fields)": Design(bare),
+            "configs/plans/nightly.yaml, 9%-noise phones, caps from the noise registry": Design(shipped, 0.09, True),
+            "configs/plans/nightly.yaml, 9%-noise phones, the plan's cap (no registry)": Design(shipped, 0.09, False)}
 
 
-def fleet(n: int, gap: float, seed0: int, seed_offset: int = 0, only: list[str] | None = None) -> Fleet:
+def fleet(n: int, gap: float, seed0: int, seed_offset: int = 0, only: list[str] | None = None,
+          sigma: float = 0.06) -> Fleet:
     ids = [f"a19-{seed0 + i}" for i in range(n)]
     return Fleet.model_validate({"name": "bench", "devices": [
         {"id": d, "kind": "sim", "chip_class": "A19 Pro", "seed": int(d.split("-")[1]) + seed_offset,
-         "bandwidth_gb_s": 60, "thermal": {"ambient_c": 24, "heat_c_per_s": 0.09},
+         "bandwidth_gb_s": 60, "thermal": {"ambient_c": 24, "heat_c_per_s": 0.09}, "noise": {"sigma": sigma},
          "runtimes": {"rawloop-metal": {"decode_tok_s": 50.0, "builds": {"ref": 1.0, "cand": 1.0 - gap}}}}
         for d in ids if only is None or d in only
     ]})
 
 
-def nights(plan: Plan, n: int, gap: float, seed0: int) -> pd.DataFrame:
+def registered(n: int, seed0: int, sigma: float) -> pd.DataFrame:
+    """The noise registry of the phones: each one's A/A run (AA_PLAN, its own noise seed) read as `orch run`
+    registers it (`noise.readings`)."""
+    aa = load_plan(AA_PLAN).model_copy(update={"devices": None})
+    manifest, records, trials = core.simulate(fleet(n, 0.0, seed0, AA_SEED, sigma=sigma), aa)
+    return noise.readings(trials, manifest, device_chips(manifest, records))
+
+
+def nights(design: Design, n: int, gap: float, seed0: int) -> pd.DataFrame:
     """One row per device-night: the first run's comparison, the night's final one, and the launches run."""
-    pinned = pin_builds(plan, "ref", "cand")
+    pinned = pin_builds(design.plan, "ref", "cand")
     rule = rule_of(pinned)
-    f = fleet(n, gap, seed0)
+    f = fleet(n, gap, seed0, sigma=design.sigma)
+    registry = registered(n, seed0, design.sigma) if design.registry else pd.DataFrame()
+    caps, _ = night_caps(pinned, rule, [d.id for d in f.devices], registry, datetime.now(UTC))
     manifest, _, trials = core.simulate(f, pinned)
     first = night_rows(verdicts(trials, pinned, seed=manifest.seed), manifest, trials)
     final = first.set_index("device")
     launched = trials.groupby("device").size().astype(float) / 2
     groups: dict[int, list[str]] = {}
-    for device, done in suspicious(first, rule).items():
-        if (blocks := extension_blocks(pinned, rule, done)) > 0:
+    for device, done in suspicious(first, rule, caps).items():
+        if (blocks := extension_blocks(pinned, rule, done, caps[device].launches_per_arm)) > 0:
             groups.setdefault(blocks, []).append(device)
     for k, (blocks, devices) in enumerate(sorted(groups.items())):
         more = extension_plan(pinned, devices, blocks, seed=manifest.seed + 1 + k, of=manifest.run_id)
-        _, _, ext = core.simulate(fleet(n, gap, seed0, EXTENSION_SEED, devices), more)
+        _, _, ext = core.simulate(fleet(n, gap, seed0, EXTENSION_SEED, devices, design.sigma), more)
         later = after(trials, ext)
         tonight = pd.concat([trials[trials["device"].isin(devices)], later], ignore_index=True)
         rows = night_rows(decide(tonight, pinned, seed=manifest.seed), manifest, tonight).set_index("device")
@@ -85,7 +119,9 @@ def nights(plan: Plan, n: int, gap: float, seed0: int) -> pd.DataFrame:
     out = final.reset_index().assign(night="n1", first_p=first["p_one_sided_slower"].to_numpy(),
                                      launches_per_arm=launched.reindex(final.index).to_numpy())
     table = alarms(out, {pinned.name: rule}, reasons=False)
-    return table.assign(extended=table["device"].isin([d for g in groups.values() for d in g]))
+    return table.assign(extended=table["device"].isin([d for g in groups.values() for d in g]),
+                        cap=table["device"].map(lambda d: caps[d].launches_per_arm),
+                        registered_sigma=table["device"].map(lambda d: caps[d].sigma or np.nan))
 
 
 def upper95(k: int, n: int) -> float:
@@ -97,17 +133,22 @@ def lower95(k: int, n: int) -> float:
     return 0.0 if k == 0 else float(beta.ppf(0.025, k, n - k + 1))
 
 
-def measure(plan: Plan, gap: float, n: int, seed0: int, chunk: int) -> pd.DataFrame:
+def measure(design: Design, gap: float, n: int, seed0: int, chunk: int,
+            so_far: Callable[[pd.DataFrame], None] = lambda t: None) -> pd.DataFrame:
+    """``n`` device-nights, ``chunk`` phones a simulation; ``so_far`` hears the nights so far after each chunk."""
     parts = []
     for start in range(0, n, chunk):
         t0 = time.perf_counter()
-        parts.append(nights(plan, min(chunk, n - start), gap, seed0 + start))
-        print(f"  {plan.name} gap {gap}: {start + len(parts[-1])}/{n} device-nights "
+        parts.append(nights(design, min(chunk, n - start), gap, seed0 + start))
+        print(f"  {design.plan.name} sigma {design.sigma} gap {gap}: {start + len(parts[-1])}/{n} device-nights "
               f"({time.perf_counter() - t0:.0f} s)", flush=True)
-    return pd.concat(parts, ignore_index=True)
+        so_far(pd.concat(parts, ignore_index=True))
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
 
 
-def summary(table: pd.DataFrame, plan: Plan) -> dict[str, Any]:
+def summary(table: pd.DataFrame, plan: Plan) -> dict[str, Any] | None:
+    if not len(table):
+        return None
     rule = rule_of(plan)
     p, slow = table["p_one_sided_slower"].to_numpy(float), table["slowdown"].to_numpy(float)
     alarmed = int((table["status"] == "alarm").sum())
@@ -119,7 +160,10 @@ def summary(table: pd.DataFrame, plan: Plan) -> dict[str, Any]:
             "extended": float(table["extended"].mean()), "launches_per_arm": float(table["launches_per_arm"].mean()),
             "no_comparison": int(table["p_one_sided_slower"].isna().sum()),
             "consecutive_hits": hit, "grid": grid,
-            "median_slowdown": float(np.nanmedian(slow))}
+            "median_slowdown": float(np.nanmedian(slow)),
+            "cap_mean": float(table["cap"].mean()), "cap_max": int(table["cap"].max()),
+            "registered_sigma_median": (float(np.nanmedian(table["registered_sigma"]))
+                                        if table["registered_sigma"].notna().any() else None)}
 
 
 def main() -> None:
@@ -130,56 +174,115 @@ def main() -> None:
     ap.add_argument("--chunk", type=int, default=500)
     ap.add_argument("--seed", type=int, default=1_000_000, help="first phone seed (quiet; regressed: + 2,000,000)")
     args = ap.parse_args()
-    res: dict[str, Any] = {}
-    for label, plan in designs().items():
+    # Designs not measured by this command keep their figures (and the command that measured them).
+    res: dict[str, Any] = load_previous()
+    for label, design in designs().items():
         if args.designs and not any(s in label for s in args.designs):
             continue
+        plan = design.plan
         t0 = time.perf_counter()
-        quiet = summary(measure(plan, 0.0, args.quiet, args.seed, args.chunk), plan)
-        regressed = summary(measure(plan, 0.05, args.regressed, args.seed + 2_000_000, args.chunk), plan)
-        res[label] = {"quiet": quiet, "regressed": regressed, "wall_s": round(time.perf_counter() - t0),
-                      "rule": rule_of(plan).model_dump(mode="json"), "blocks": plan.blocks, "order": plan.order,
-                      "estimator": plan.decision.estimator, "adaptive": plan.decision.adaptive is not None}
+        before = res.get(label, {})
+        res[label] = {"quiet": None, "regressed": None, "sigma": design.sigma, "registry": design.registry,
+                      "command": command(), "rule": rule_of(plan).model_dump(mode="json"), "blocks": plan.blocks,
+                      "order": plan.order, "estimator": plan.decision.estimator,
+                      "adaptive": plan.decision.adaptive is not None}
+        # regressed first: after each case the figures so far are written (a long run's quiet nights last);
+        # a case given 0 nights keeps the figures an earlier command measured (each case names its command)
+        for key, gap, n, seed in (("regressed", 0.05, args.regressed, args.seed + 2_000_000),
+                                  ("quiet", 0.0, args.quiet, args.seed)):
+            def partial(t: pd.DataFrame, key: str = key, n: int = n, plan: Plan = plan, label: str = label) -> None:
+                got = summary(t, plan)  # the nights so far: a stopped command keeps these
+                if got is not None and len(t) < n:
+                    res[label][key] = {**got, "command": command(), "stopped_after": len(t)}
+                    write(res)
+
+            got = summary(measure(design, gap, n, seed, args.chunk, partial), plan)
+            kept = before.get(key)
+            res[label][key] = ({**got, "command": command()} if got is not None else
+                               {"command": before.get("command", ""), **kept} if kept is not None else None)
+            write(res)
+        res[label]["wall_s"] = round(time.perf_counter() - t0)
         print(json.dumps({label: res[label]}), flush=True)
-        write(res)  # after each design: a long run's figures so far
+        write(res)
+
+
+def command() -> str:
+    return shlex.join([".venv/bin/python", "bench/bench_nightly_confirm.py", *sys.argv[1:]])
+
+
+def load_previous() -> dict[str, Any]:
+    """The figures already written, each design with the command that measured it."""
+    if not RESULTS_JSON.exists():
+        return {}
+    old = json.loads(RESULTS_JSON.read_text())
+    return {label: {"command": old["meta"]["command"], "sigma": 0.06, "registry": False, **r}
+            for label, r in old["designs"].items()}
+
+
+CASES = (("quiet (no change)", "quiet"), ("5% regression, its first night", "regressed"))
 
 
 def write(res: dict[str, Any]) -> None:
     out = ROOT / "bench" / "results"
     meta = {"date": date.today().isoformat(), "machine": platform.machine(), "python": platform.python_version(),
-            "command": " ".join([".venv/bin/python", "bench/bench_nightly_confirm.py", *sys.argv[1:]])}
-    (out / "nightly_confirm.json").write_text(json.dumps({"meta": meta, "designs": res}, indent=1) + "\n")
+            "command": command()}
+    RESULTS_JSON.write_text(json.dumps({"meta": meta, "designs": res}, indent=1) + "\n")
     lines = [f"# Nightly same-night confirmation on the simulated lab ({meta['date']}, {meta['machine']}, "
-             f"{meta['python']})", "", f"Command: `{meta['command']}`", "",
-             "Each device-night: a simulated A19-class phone (its own seed), candidate vs pinned reference through the",
-             "scheduler, settle gate and sessions, then what `orch nightly` does: the night's comparison; when it is",
-             "suspicious (one-sided p(slower) < 0.2) an extension run on the same phone up to 120 launches per arm, the",
-             "night decided on all its launches; the alarm rule with the plan's nightly fields (here: the defaults).",
-             "Noise: 6% per launch, AR(1) 0.3, drift, 3% of launches throttled 25%. Intervals: Clopper-Pearson 95%.", "",
-             "| design | case | device-nights | alarmed on the night | 95% CI | nights extended | launches per arm "
-             "(mean) |", "|---|---|---|---|---|---|---|"]
+             f"{meta['python']})", "", "Commands (each figure comes from the command named beside it in the goals "
+             "table):", ""]
+    lines += [f"- `{c}`" for c in dict.fromkeys(c.get("command", r["command"]) for r in res.values()
+                                               for c in (r.get("regressed"), r.get("quiet")) if c)]
+    lines += ["",
+              "Each device-night: a simulated A19-class phone (its own seed), candidate vs pinned reference through the",
+              "scheduler, settle gate and sessions, then what `orch nightly` does: the night's comparison; when it is",
+              "suspicious (one-sided p(slower) < 0.2) an extension run on the same phone up to its cap (120 launches per",
+              "arm; with the noise registry, 120 x (its registered noise / 6.5%)^2 for a noisier phone, at most 360), the",
+              "night decided on all its launches; the alarm rule with the plan's nightly fields (here: the defaults).",
+              "Noise: 6% per launch (9% where the design says so), AR(1) 0.3, drift, 3% of launches throttled 25%.",
+              "With the registry, each phone's reading comes from its own A/A run (configs/plans/aa-calibration.yaml,",
+              "its own noise seed) registered as `orch run` registers it. Intervals: Clopper-Pearson 95%.", "",
+              "| design | phone noise | case | device-nights | alarmed on the night | 95% CI | nights extended | "
+              "cap (mean / max) | launches per arm (mean) |", "|---|---|---|---|---|---|---|---|---|"]
     for label, r in res.items():
-        for case, key in (("quiet (no change)", "quiet"), ("5% regression, its first night", "regressed")):
-            s = r[key]
-            lines.append(f"| {label} | {case} | {s['n']} | {s['alarmed']} ({100 * s['rate']:.2f}%) | "
-                         f"{100 * s['lo']:.2f}-{100 * s['hi']:.2f}% | {100 * s['extended']:.1f}% | "
-                         f"{s['launches_per_arm']:.1f} |")
-    lines += ["", "## Goals (issue 13, item 5)", "", "| design | goal | measured | met |", "|---|---|---|---|"]
+        for case, key in CASES:
+            s = r.get(key)
+            if s is None:
+                lines.append(f"| {label} | {100 * r['sigma']:.0f}% | {case} | not measured | | | | | |")
+                continue
+            cap = f"{s['cap_mean']:.0f} / {s['cap_max']}" if "cap_mean" in s else "120 / 120"
+            stopped = f" (of {s['command'].split('--' + key + ' ')[1].split()[0]} asked; stopped)" \
+                if s.get("stopped_after") else ""
+            lines.append(f"| {label} | {100 * r['sigma']:.0f}% | {case} | {s['n']}{stopped} | {s['alarmed']} "
+                         f"({100 * s['rate']:.2f}%) | {100 * s['lo']:.2f}-{100 * s['hi']:.2f}% | "
+                         f"{100 * s['extended']:.1f}% | {cap} | {s['launches_per_arm']:.1f} |")
+    regs = [(label, r) for label, r in res.items() if r.get("registry")]
+    for label, r in regs:
+        g = r.get("regressed") or r.get("quiet")
+        if g and g.get("registered_sigma_median") is not None:
+            lines += ["", f"{label}: the registry read a median noise of {100 * g['registered_sigma_median']:.1f}% "
+                      f"(the phones' true per-launch sigma {100 * r['sigma']:.0f}%)."]
+    lines += ["", "## Goals (issue 13, items 4 and 5)", "", "| design | goal | measured | met | command |",
+              "|---|---|---|---|---|"]
     for label, r in res.items():
-        q, g = r["quiet"], r["regressed"]
-        lines += [f"| {label} | 5% regression alarmed on its first night >= 90% | {100 * g['rate']:.1f}% "
-                  f"({100 * g['lo']:.1f}-{100 * g['hi']:.1f}) | {'yes' if g['lo'] >= 0.9 else 'no'} |",
-                  f"| {label} | false alarms <= 0.1% of quiet device-nights | {q['alarmed']} of {q['n']}: upper 95% "
-                  f"{100 * q['hi']:.3f}% | {'yes' if q['hi'] <= 0.001 else 'no'} |"]
-    lines += ["", "## The thresholds: the same nights under other alarm thresholds (night's final comparison)", "",
+        q, g = r.get("quiet"), r.get("regressed")
+        if g is not None:
+            lines.append(f"| {label} | 5% regression alarmed on its first night >= 90% | {100 * g['rate']:.1f}% "
+                         f"({100 * g['lo']:.1f}-{100 * g['hi']:.1f}) | {'yes' if g['lo'] >= 0.9 else 'no'} | "
+                         f"`{g.get('command', r['command'])}` |")
+        if q is not None:
+            lines.append(f"| {label} | false alarms <= 0.1% of quiet device-nights | {q['alarmed']} of {q['n']}: "
+                         f"upper 95% {100 * q['hi']:.3f}% | {'yes' if q['hi'] <= 0.001 else 'no'} | "
+                         f"`{q.get('command', r['command'])}` |")
+    lines += ["", "A design is met when the whole 95% interval is on the goal's side.", "",
+              "## The thresholds: the same nights under other alarm thresholds (night's final comparison)", "",
               "Alarmed device-nights, quiet / 5% regression (`p` one-sided p(slower), `>=` the slowdown):", ""]
-    first = next(iter(res.values()), None)
-    if first:
-        keys = list(first["quiet"]["grid"])
+    keys = next((list(c["grid"]) for r in res.values() for c in (r.get("quiet"), r.get("regressed")) if c), [])
+    if keys:
         lines += ["| design | " + " | ".join(keys) + " |", "|---|" + "---|" * len(keys)]
         for label, r in res.items():
+            q, g = r.get("quiet"), r.get("regressed")
             lines.append(f"| {label} | " + " | ".join(
-                f"{r['quiet']['grid'][k]} / {r['regressed']['grid'][k]}" for k in keys) + " |")
+                f"{q['grid'][k] if q else '-'} / {g['grid'][k] if g else '-'}" for k in keys) + " |")
     selection = out / "nightly_confirm_selection.json"
     if selection.exists():
         sel = json.loads(selection.read_text())
@@ -195,7 +298,7 @@ def write(res: dict[str, Any]) -> None:
                   "ones the thresholds were picked on."]
     lines += ["", "The consecutive-nights rule (2 nights with p < 0.05 and >= 3%) is also in force: quiet nights meeting its",
               "condition once: " + ", ".join(f"{label}: {r['quiet']['consecutive_hits']} of {r['quiet']['n']}"
-                                              for label, r in res.items()) + "; two in a row",
+                                              for label, r in res.items() if r.get("quiet")) + "; two in a row",
               "happen about (that share)^2 of the time (nights are independent in the simulator)."]
     (out / "nightly_confirm.md").write_text("\n".join(lines) + "\n")
 

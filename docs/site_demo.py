@@ -66,7 +66,9 @@ def main() -> None:
     stamp = datetime(2026, 11, NIGHTS, 7, 0, tzinfo=UTC)
     import_files([captured / "llama-bench.json", captured / "mlx-lm-benchmark.txt"], results / "history",
                  lambda: stamp, model="llama-m110-s0", device="mac-m4")
-    import_files([captured / "litert-lm-benchmark.txt"], results / "history", lambda: stamp, device="mac-m4")
+    # The second: a run LiteRT-LM reported as failed (and exited 0), listed as failed.
+    import_files([captured / "litert-lm-benchmark.txt", captured / "litert-lm-missing-model.txt"],
+                 results / "history", lambda: stamp, device="mac-m4")
     site = tmp / "site"
     publish(results, results / "history", site, load_ceilings(ROOT / "configs" / "ceilings.yaml"))
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -77,7 +79,7 @@ def main() -> None:
     imported = site / "imported.html"  # the index scrolled to the imported section (a screenshot has no scroll)
     imported.write_text((site / "index.html").read_text().replace('<h1>orch: the morning view</h1>', '', 1)
                         .replace('id="overview"', 'id="overview" style="display:none"', 1))
-    shoot(chromium, imported, ROOT / "docs" / "site-imported.png", 520)
+    shoot(chromium, imported, ROOT / "docs" / "site-imported.png", 640)
     print(f"wrote docs/site-overview.png, docs/site-series.png and docs/site-imported.png (from {site})")
 
 

@@ -96,6 +96,8 @@ def run(
         fleet_cfg, plan_cfg = core.load_inputs(fleet, plan)
         run_dir = core.start_run(core.new_manifest(fleet_cfg, plan_cfg, fleet, plan, seed), results)
     out.print(f"run {run_dir.run_id}  (resume with: orch run --resume {run_dir.run_id} --results {results})")
+    for line in core.noise_notes(run_dir):
+        out.print(line, markup=False, highlight=False, soft_wrap=True)
     _execute(run_dir, results, accept_device_change)
 
 

@@ -208,7 +208,8 @@ def nightly_cmd(
         outcome = asyncio.run(run_night(
             fleet, plan or [], reference=reference, candidate=candidate, night=night, results=results,
             history=history or results / "history", junit=junit, summary_md=summary, resume=resume,
-            on_start=started,
+            on_start=started, say=lambda line: (err if as_json else out).print(
+                line, markup=False, highlight=False, soft_wrap=True),
         ))
         written.append(outcome.junit_path)
         s = outcome.summary
@@ -340,7 +341,7 @@ def import_cmd(
         return
     out.print(frame_table(f"Imported into {history} (not interleaved, not settled: never decision-grade)", rows, {
         "source_file": "", "source_line": "d", "source_format": "", "model": "", "device": "", "test": "",
-        "tok_s": ".2f", "tok_s_stddev": ".2f", "night": ""}))
+        "status": "", "failure_kind": "", "tok_s": ".2f", "tok_s_stddev": ".2f", "night": ""}))
 
 
 COMMANDS: dict[str, Callable[..., None]] = {"audit": audit_cmd, "rank": rank_cmd, "nightly": nightly_cmd,

@@ -61,7 +61,7 @@ def plan_size(
 def _noise_registered(results: Path, plan: Plan) -> dict[str, float]:
     """Per device, the latest registered noise of the plan's baseline runtime on its model, labelled with
     where it comes from, how old it is and how many launches it rests on."""
-    from orchestrator.analysis.noise import age_days, latest
+    from orchestrator.analysis.noise import age_days, entry, latest
     from orchestrator.results.store import read_registry
 
     now = datetime.now(UTC)
@@ -70,6 +70,9 @@ def _noise_registered(results: Path, plan: Plan) -> dict[str, float]:
     if not len(mine):
         bad_input(f"{results}: the noise registry holds nothing for {plan.arms[0].runtime} on {plan.model} (an A/A "
                    "run such as configs/plans/aa-calibration.yaml records it)")
+    for e in (entry(read_registry(results), str(d), plan.arms[0].runtime, plan.model, now) for d in mine["device"]):
+        if e is not None and e.jumped:
+            err.print(f"{e.device}: NOISE JUMP: {e.jumped}", markup=False, highlight=False, soft_wrap=True)
     return {f"{r['device']} (run {r['run_id']}, {age_days(str(r['measured_at']), now):.0f} d old, {r['launches']} "
             f"launches)": float(r["sigma"]) for r in mine.to_dict("records")}
 

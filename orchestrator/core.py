@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from orchestrator.analysis.prerun import mde_notes
 from orchestrator.config.candidates import CeilingTable
 from orchestrator.config.fleet import Fleet, HostDeviceConfig, IphoneDeviceConfig
 from orchestrator.config.loader import ConfigError, Problem, key_line, load_fleet, load_plan
@@ -33,7 +34,7 @@ from orchestrator.results.records import (
     RunFinished,
     RunStarted,
 )
-from orchestrator.results.store import RunDir, create_run, new_run_id
+from orchestrator.results.store import RunDir, create_run, new_run_id, read_registry
 from orchestrator.results.trials import trial_rows
 from orchestrator.runtimes import catalog
 from orchestrator.runtimes.artifacts import (
@@ -209,6 +210,14 @@ async def execute(run: RunDir, *, observe: Observer = lambda d, r: None, accept_
         finally:
             journal.close()
         return derive_locked(run, ceilings=ceilings)  # after the journal's last record: every table is current
+
+
+def noise_notes(run: RunDir, now: datetime | None = None) -> list[str]:
+    """Before a run's first trial: each device's MDE from the noise registry of the run's results folder
+    (or that it has no entry), and the registry's flag where a device's noise jumped."""
+    manifest = run.manifest()
+    return mde_notes(manifest.plan, [s.device for s in manifest.sessions], read_registry(run.path.parent),
+                     now or datetime.now(UTC))
 
 
 def _artifacts(manifest: Manifest) -> dict[str, Artifacts]:

@@ -13,13 +13,22 @@ import traceback
 import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from shlex import quote
 
 import pandas as pd
 
 from orchestrator import core
-from orchestrator.analysis.confirm import after, decide, extends, extension_blocks, extension_plan, suspicious
+from orchestrator.analysis.confirm import (
+    Cap,
+    after,
+    decide,
+    extends,
+    extension_blocks,
+    extension_plan,
+    suspicious,
+)
 from orchestrator.analysis.nightly import (
     NightSummary,
     check_plan,
@@ -30,9 +39,11 @@ from orchestrator.analysis.nightly import (
     summary_of,
     unfinished,
 )
+from orchestrator.analysis.prerun import night_caps
 from orchestrator.config.plan import NightlyAlarm
 from orchestrator.report.nightly import junit_xml, markdown
 from orchestrator.results import history as history_db
+from orchestrator.results.history_rollup import refresh_rollups
 from orchestrator.results.history_store import (
     SERIES_COLUMNS,
     NightlyInputError,
@@ -40,7 +51,7 @@ from orchestrator.results.history_store import (
     check_night,
     compact_night,
 )
-from orchestrator.results.store import RunDir, find_run, write_atomic
+from orchestrator.results.store import RunDir, find_run, read_registry, write_atomic
 from orchestrator.results.trials import stop_records
 
 __all__ = ["NightlyOutcome", "resume_command", "run_night", "summarize", "write_reports"]
@@ -92,6 +103,7 @@ async def run_night(
     fleet_path: Path | None, plan_paths: list[Path], *, reference: str | None, candidate: str | None, night: str,
     results: Path, history: Path, junit: Path | None = None, summary_md: Path | None = None,
     resume: list[str] | None = None, on_start: Callable[[list[str]], None] = lambda run_ids: None,
+    say: Callable[[str], None] = lambda line: None, now: Callable[[], datetime] = lambda: datetime.now(UTC),
 ) -> NightlyOutcome:
     """Run each nightly plan (reference and candidate builds interleaved per device, through the run
     machinery: manifest, journal, settle gate), append to the history, apply the rule, write the reports.
@@ -99,7 +111,9 @@ async def run_night(
     ``on_start`` hears too (with every id so far) before its first trial. With ``resume`` (run ids of an
     interrupted night): finish those runs instead, then the same.
     ``on_start`` hears the night's run ids as soon as their directories exist, before any trial (the
-    ids a ``resume_command`` needs after a kill).
+    ids a ``resume_command`` needs after a kill). ``say`` hears, before the first trial, each device's
+    confirmation cap and the noise registry entry it is sized from (or that there is none), with the registry's
+    flag when the device's noise jumped; the same lines close summary.md.
 
     The reports are replaced before the first trial by an "unfinished" version (every planned device x
     config an error), and whole at the end; a night that fails or is stopped leaves the unfinished one,
@@ -147,11 +161,20 @@ async def run_night(
                                                  f"if it was stopped, finish it with: {again[0]}"), junit_path, md_path)
 
     announce([])
+    registry = read_registry(results)
+    caps: dict[str, dict[str, Cap]] = {}
+    noise_lines: list[str] = []
+    for _, m in firsts:
+        caps[m.run_id], lines = night_caps(m.plan, rule_of(m.plan), [s.device for s in m.sessions], registry, now())
+        noise_lines += [f"{m.plan.name}: {line}" for line in lines]
+    for line in noise_lines:
+        say(line)
     try:
         why: dict[tuple[str, str], str] = {}
         for run, _ in firsts:
-            why |= await _config_night(run, night, results, history, announce)
+            why |= await _config_night(run, night, results, history, announce, caps[run.run_id])
         compact_night(history, night)
+        refresh_rollups(history)  # nights from before rank's rollups get theirs once
         summary = summarize(history, night, planned, {m.plan.name: rule_of(m.plan) for _, m in firsts}, why)
     except BaseException as exc:
         stopped = isinstance(exc, KeyboardInterrupt | asyncio.CancelledError)
@@ -161,7 +184,7 @@ async def run_night(
             write_reports(unfinished(night, planned, f"night {night} {what.splitlines()[0]}; finish it with: "
                                                      f"{again[0]}"), junit_path, md_path, detail)
         raise
-    write_reports(summary, junit_path, md_path)
+    write_reports(summary, junit_path, md_path, _noise_section(noise_lines))
     return NightlyOutcome(summary=summary, run_ids=ids, junit_path=junit_path, summary_path=md_path)
 
 
@@ -179,11 +202,19 @@ def extensions_of(results: Path, run: RunDir, config: str) -> list[RunDir]:
     return found
 
 
+def _noise_section(lines: list[str]) -> str:
+    """summary.md's closing section: what each device's confirmation cap was sized from."""
+    if not lines:
+        return ""
+    return "\n## Launch noise (the noise registry) and confirmation caps\n\n" + "".join(f"- {x}\n" for x in lines)
+
+
 async def _config_night(run: RunDir, night: str, results: Path, history: Path,
-                        announce: Callable[[list[str]], None]) -> dict[tuple[str, str], str]:
+                        announce: Callable[[list[str]], None], caps: dict[str, Cap]) -> dict[tuple[str, str], str]:
     """One config's night: its run, appended to the history; a suspicious comparison extended on the same
-    phones (by the extension runs an interrupted night already started, else new ones) and decided on every
-    launch of the night, that row appended after the first (the history keeps a night's newest row per device)."""
+    phones (by the extension runs an interrupted night already started, else new ones; each device up to its
+    cap in ``caps``) and decided on every launch of the night, that row appended after the first (the history
+    keeps a night's newest row per device)."""
     outcome = await core.execute(run)
     manifest = outcome.manifest
     plan, rule = manifest.plan, rule_of(manifest.plan)
@@ -195,8 +226,9 @@ async def _config_night(run: RunDir, night: str, results: Path, history: Path,
         announce([e.run_id for e in extensions])
     else:
         groups: dict[int, list[str]] = {}
-        for device, done in suspicious(rows, rule).items():
-            if (blocks := extension_blocks(plan, rule, done)) > 0:
+        for device, done in suspicious(rows, rule, caps).items():
+            cap = caps[device].launches_per_arm if device in caps else None
+            if (blocks := extension_blocks(plan, rule, done, cap)) > 0:
                 groups.setdefault(blocks, []).append(device)
         for k, (blocks, devices) in enumerate(sorted(groups.items())):
             more = extension_plan(plan, devices, blocks, seed=manifest.seed + 1 + k, of=run.run_id)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from pathlib import Path
 
@@ -103,22 +104,30 @@ def test_litert_lm_benchmark_gives_prefill_and_decode() -> None:
     assert rows[0].settings["backend"]
 
 
-def test_litert_lm_missing_model_is_a_failure_not_a_zero_row() -> None:
-    """LiteRT-LM prints "Could not find" and exits 0 (captured): refused, located, nothing read as 0 tok/s."""
+def test_litert_lm_missing_model_is_a_failed_run_not_a_zero_row() -> None:
+    """LiteRT-LM prints "Could not find" and exits 0 (captured): one failed row, located, with no speed."""
     assert detect(LITERT_MISSING.read_text(), "x") == "litert-lm"
-    err = located(LITERT_MISSING)
-    assert err.line == 1 and "could not find the model" in err.what and "exits 0" in err.what
+    fmt, (row, *more) = parse_file(LITERT_MISSING)
+    assert fmt == "litert-lm" and more == [] and row.failed and row.line == 1
+    assert row.failure_kind == "model_not_found" and math.isnan(row.tok_s)
+    assert row.failure is not None and "could not find the model" in row.failure and "exited 0" in row.failure
+    assert row.model == "no-such-model.litertlm"
 
 
-def test_litert_lm_error_during_benchmark_is_refused(tmp_path: Path) -> None:
+def test_litert_lm_error_during_benchmark_is_a_failed_run(tmp_path: Path) -> None:
     # The benchmark's except branch (litert_lm_cli/commands/benchmark.py): the header, then the error and a traceback.
     head = [line for line in LITERT.read_text().splitlines() if ":" in line and "speed" not in line][:4]
     bad = tmp_path / "failed.txt"
     bad.write_text("\n".join([*head, "An error occurred during benchmarking", "Traceback (most recent call last):",
                               '  File "benchmark.py", line 1, in run_benchmark',
                               "RuntimeError: Failed to create engine"]) + "\n")
-    err = located(bad)
-    assert err.line == len(head) + 1 and "Failed to create engine" in err.what
+    _, (row,) = parse_file(bad)
+    assert row.failed and row.line == len(head) + 1 and row.failure_kind == "benchmark_error"
+    assert row.failure is not None and "Failed to create engine" in row.failure
+    # Cut before its results (no failure said, no speeds): refused, as any malformed file.
+    cut = tmp_path / "cut.txt"
+    cut.write_text("\n".join(LITERT.read_text().splitlines()[:6]) + "\n")
+    assert "did not finish" in located(cut).what
 
 
 def test_cut_or_broken_llama_bench_files_are_refused_at_their_line(tmp_path: Path) -> None:
@@ -179,14 +188,44 @@ def test_orch_import_writes_marked_rows_once(tmp_path: Path) -> None:
 
 def test_one_bad_file_refuses_the_whole_import(tmp_path: Path) -> None:
     history = tmp_path / "history"
-    res = runner.invoke(app, ["import", str(LLAMA["md"]), str(LITERT_MISSING), str(tmp_path / "absent.json"),
-                              "--history", str(history)])
+    missing = LLAMA["json"].with_name("llama-bench-missing-model.json")  # llama-bench exited 1: a cut file
+    res = runner.invoke(app, ["import", str(LLAMA["md"]), str(LITERT_MISSING), str(missing),
+                              str(tmp_path / "absent.json"), "--history", str(history)])
     assert res.exit_code == 2
-    assert f"{LITERT_MISSING}:1: LiteRT-LM benchmarked nothing" in res.output
+    assert f"{missing}:2: " in res.output and "wrote no test" in res.output
     assert f"{tmp_path / 'absent.json'}:0: no such file" in res.output and "nothing imported" in res.output
+    assert str(LITERT_MISSING) not in res.output  # a failed run is no malformed file
     assert not history.exists()
     forced = runner.invoke(app, ["import", str(MLX), "--format", "llama-bench", "--history", str(history)])
     assert forced.exit_code == 2 and "not a llama-bench output" in forced.output
+
+
+def test_a_failed_run_is_kept_as_failed_and_never_counts_as_a_measurement(tmp_path: Path) -> None:
+    from orchestrator.report.site_imports import failures, series
+
+    history = tmp_path / "history"
+    res = runner.invoke(app, ["import", str(LITERT), str(LITERT_MISSING), "--history", str(history),
+                              "--device", "pixel", "--json"])
+    assert res.exit_code == 0, res.output
+    body = json.loads(res.stdout)
+    assert [(r["status"], r["failure_kind"]) for r in body["rows"]] == [("ok", None), ("ok", None),
+                                                                        ("failed", "model_not_found")]
+    rows = load(history)
+    bad = rows[rows["status"] == "failed"]
+    assert len(bad) == 1 and bad["tok_s"].isna().all() and bad["source_line"].tolist() == [1]
+    assert (rows.loc[rows["status"] == "ok", "tok_s"] > 0).all()
+    # The site's series hold the measurements only; the failed run is listed as failed, with no number.
+    shown = series(rows)
+    ok = rows[rows["status"] == "ok"]
+    assert sorted(s["test"] for s in shown) == sorted(ok["test"]) and "benchmark" not in set(ok["test"])
+    assert all(s["tok_s"] > 0 and all(t["tok_s"] > 0 for t in s["trend"]) for s in shown)
+    (failed,) = failures(rows)
+    assert failed["status"] == "failed" and failed["failure_kind"] == "model_not_found"
+    assert failed["source_line"] == 1 and "could not find" in failed["failure"]
+    alone = runner.invoke(app, ["import", str(LITERT_MISSING), "--history", str(tmp_path / "h2")])
+    assert alone.exit_code == 0, alone.output  # imported (as a failed run), not refused
+    assert "failed" in alone.output and "model_not_found" in alone.output, "the table says it failed, and how"
+    assert load(tmp_path / "h2")["status"].tolist() == ["failed"]
 
 
 def test_imported_rows_enter_no_rank_alarm_or_verdict(tmp_path: Path) -> None:

@@ -46,6 +46,7 @@ def test_aa_runs_fill_the_registry_and_a_jump_is_flagged(tmp_path: Path) -> None
     code, sized = invoke("plan", "size", str(ab), "--registry", "--results", str(tmp_path / "r"))
     assert code in (0, 1), sized
     assert "shaky (run" in sized and "launches)" in sized and "d old" in sized, sized
+    assert "shaky: NOISE JUMP: launch noise" in " ".join(sized.split()) and "steady: NOISE JUMP" not in sized, sized
 
 
 def test_a_plan_the_registry_knows_nothing_of_is_told_so(tmp_path: Path) -> None:

@@ -4,6 +4,8 @@ the class's looks are taken on its values together and stop every member, the cl
 
 from __future__ import annotations
 
+import asyncio
+import re
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +15,7 @@ from test_run import invoke, only_run, write_inputs
 
 from orchestrator.analysis.pooled import heterogeneity
 from orchestrator.results.records import LookRecord, SessionStopped, TrialRecord
+from orchestrator.schedule.pool import ClassPool
 
 
 def _phones(gaps: list[float], chip: str = "A19 Pro") -> list[dict[str, object]]:
@@ -42,6 +45,9 @@ def test_four_phones_of_a_class_answer_together_on_a_share_of_the_blocks(tmp_pat
     assert row["verdict"] == "faster" and row["devices"] == 4
     assert row["n_baseline"] == decided[0].n_per_arm, "the verdict table replays the look the class took"
     assert max(ran[f"p{i}"] for i in range(4)) < ran["other"], "each phone of four ran fewer launches than one alone"
+    members = [ran[f"p{i}"] for i in range(4)]
+    assert max(members) - min(members) <= 1, f"no member runs ahead of its siblings' round: {ran}"
+    assert sum(members) <= 2 * decided[0].n_per_arm + 4, "past the deciding round, at most one trial a member"
     assert pooled.loc["M4", "devices"] == 1
     assert "Class verdicts" in out
 
@@ -59,5 +65,44 @@ def test_heterogeneity_shows_a_phone_off_its_siblings() -> None:
     assert got["effect_heterogeneity_p"] < 0.01 and got["level_heterogeneity_p"] < 0.01, got
     assert "the effect differs between phones" in got["heterogeneous"] and "speeds differ" in got["heterogeneous"]
     assert "d3 0.9" in got["effect_by_device"], got["effect_by_device"]
+    assert "d3 stands furthest from its siblings" in got["heterogeneous"], got
+    # each phone's 95% interval beside its ratio: the odd phone's excludes its siblings' 5%
+    intervals = dict(re.findall(r"(d\d) [0-9.]+ \[([0-9.]+-[0-9.]+)\]", got["effect_by_device"]))
+    assert set(intervals) == {"d0", "d1", "d2", "d3"}, got["effect_by_device"]
+    lo, hi = map(float, intervals["d3"].split("-"))
+    assert hi < 1.05 and lo < 0.95 < hi, intervals
+    assert all(float(intervals[d].split("-")[0]) < 1.05 < float(intervals[d].split("-")[1]) for d in ("d0", "d1", "d2"))
     same = heterogeneity(frame[frame["device"] != "d3"], "a", "b", "v")
     assert same["heterogeneous"] == "", same
+
+
+def test_a_member_ahead_of_the_round_waits_for_its_siblings() -> None:
+    plan = plan_with(blocks=12, pool_by="chip_class", decision={"estimator": "hodges_lehmann"})
+    pool = ClassPool("A19 Pro", ["a", "b", "c"], plan)
+    for d in ("a", "b", "c"):
+        pool.record(d, 0, 0, "base", 50.0)
+    pool.record("a", 1, 0, "cand", 51.0)
+    assert not pool.ahead("a", 1) and pool.ahead("a", 2) and not pool.ahead("b", 1)
+
+    async def scenario() -> list[str]:
+        said: list[str] = []
+
+        async def a() -> None:
+            await pool.turn("a", 2)
+            said.append("a starts 2")
+
+        async def siblings() -> None:
+            await asyncio.sleep(0)
+            said.append("b finishes 1")
+            pool.record("b", 1, 0, "cand", 51.0)
+            await asyncio.sleep(0)
+            said.append("c leaves")
+            pool.leave("c")
+
+        await asyncio.gather(a(), siblings())
+        return said
+
+    assert asyncio.run(scenario()) == ["b finishes 1", "c leaves", "a starts 2"]
+    fixed = ClassPool("x", ["a", "b"], plan_with(blocks=12, pool_by="chip_class"))  # no looks: no rounds to wait for
+    fixed.record("a", 5, 2, "base", 50.0)
+    assert not fixed.ahead("a", 6)

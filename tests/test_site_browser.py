@@ -24,7 +24,9 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     results = tmp / "results"
     make_nights(tmp, results, 1, 6)
     # Other tools' results in the same history (real captured outputs): shown apart, never in the series.
-    files = [IMPORTS / "llama-bench.json", IMPORTS / "mlx-lm-benchmark.txt", IMPORTS / "litert-lm-benchmark.txt"]
+    # And a run LiteRT-LM reported as failed (it still exited 0): listed as failed, never a number.
+    files = [IMPORTS / "llama-bench.json", IMPORTS / "mlx-lm-benchmark.txt", IMPORTS / "litert-lm-benchmark.txt",
+             IMPORTS / "litert-lm-missing-model.txt"]
     import_files(files, results / "history", lambda: datetime(2026, 11, 6, 7, 0, tzinfo=UTC), device="iphone17pro")
     out = tmp / "site"
     publish(results, results / "history", out, None)
@@ -123,4 +125,33 @@ def test_imported_results_stand_apart_under_their_own_heading(site: Path, browse
     assert page.errors == []
     page.navigate((site / "config" / "nightly-decode.html").as_uri())
     assert page.eval("document.querySelectorAll('#plot .scatterlayer .point').length") == 12  # no imported point
+    assert page.errors == []
+
+
+def test_a_config_page_shows_other_tools_results_on_its_devices_in_a_chart_of_their_own(
+        site: Path, browser: Browser) -> None:
+    data = series_of(site)
+    imported = data["imported"]
+    assert isinstance(imported, list) and imported
+    assert {s["device"] for s in imported} == {"iphone17pro"} and not any(s["decision_grade"] for s in imported)
+    page = browser.open((site / "config" / "nightly-decode.html").as_uri())
+    heading = page.eval("document.getElementById('imported-results').textContent")
+    assert heading.startswith(TITLE) and "not interleaved" in heading and "not settled" in heading
+    # Orch's own series keep their points (ratios, alarms); the imported ones are drawn in their own chart.
+    assert page.eval("document.querySelectorAll('#plot .scatterlayer .point').length") == 12
+    drawn = page.eval("[...document.querySelectorAll('#imported-plot .scatterlayer .trace')].map(t => "
+                      "[t.__data__[0].trace.name, t.__data__[0].trace.y])")
+    assert [d[0] for d in drawn] == [f"{s['source_format']} {s['test']} ({s['device']})" for s in imported]
+    assert [d[1] for d in drawn] == [[t["tok_s"] for t in s["trend"]] for s in imported]
+    assert "never decision-grade" in page.eval("document.querySelector('#imported-plot .gtitle').textContent")
+    rows = page.eval("[...document.querySelectorAll('#imported tr.imported')].map(r => r.dataset.source)")
+    assert rows == [s["source_format"] for s in imported]
+    assert "benchmark" not in {s["test"] for s in imported}  # the failed run is no series and no point
+    failed = page.eval("[...document.querySelectorAll('#imported-failures tr.imported-failed')].map(r => "
+                       "[r.dataset.source, r.dataset.kind, r.cells[4].textContent])")
+    assert failed == [["litert-lm", "model_not_found", "failed model_not_found"]]
+    assert data["imported_failed"] == json.loads((site / "data" / "imported.json").read_text())["failed"]
+    assert page.errors == []
+    page.navigate((site / "index.html").as_uri())
+    assert page.eval("document.querySelectorAll('#imported-failures tr.imported-failed').length") == 1
     assert page.errors == []

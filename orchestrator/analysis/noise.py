@@ -6,11 +6,16 @@ An A/A run (every arm the same runtime, build, engine parameters, threads and tu
 device x runtime x model is what `orch plan size --registry` sizes with and what `orch noise` shows,
 with its age and how many launches it rests on. A device whose noise moved by more than half (up or
 down) from its previous reading is flagged: something changed on it (an OS update, a failing
-battery, background work).
+battery, background work). The flag stays on the entry (``entry``) until a later reading agrees with it, so
+`orch run`, `orch nightly` and `orch plan size --registry` show it each time they read that entry.
+
+Before a run the registry sets two things: the MDE `orch run` prints for each device (``sizing.planned_mde``)
+and a nightly device's same-night confirmation cap (``confirm.launches_for``): see ``notes``.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 
 import pandas as pd
@@ -80,3 +85,44 @@ def jumps(registry: pd.DataFrame, new: pd.DataFrame) -> list[str]:
 
 def age_days(measured_at: str, now: datetime) -> float:
     return (now - datetime.fromisoformat(measured_at)).total_seconds() / 86400
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A device x runtime x model's latest registered noise, as read before a run."""
+
+    device: str
+    runtime: str
+    model: str
+    sigma: float
+    launches: int
+    run_id: str
+    age_days: float
+    jumped: str | None  # how the noise moved from the reading before it, when it moved by more than half
+
+    def basis(self) -> str:
+        """Where the number comes from, in words: "6.1% (noise registry: run R, 3 d old, 118 launches)"."""
+        return (f"{self.sigma:.1%} (noise registry: run {self.run_id}, {self.age_days:.0f} d old, "
+                f"{self.launches} launches)")
+
+
+def entry(registry: pd.DataFrame, device: str, runtime: str, model: str, now: datetime) -> Entry | None:
+    """The latest reading of ``device`` x ``runtime`` x ``model`` (None: nothing registered), with its jump flag."""
+    if not len(registry):
+        return None
+    mine = registry[(registry["device"] == device) & (registry["runtime"] == runtime) & (registry["model"] == model)]
+    if not len(mine):
+        return None
+    mine = mine.sort_values("measured_at", kind="stable")
+    last = mine.iloc[-1]
+    moved = None
+    if len(mine) > 1:
+        prev = mine.iloc[-2]
+        ratio = float(last["sigma"]) / float(prev["sigma"])
+        if ratio > JUMP or ratio < 1 / JUMP:
+            moved = (f"launch noise {float(prev['sigma']):.1%} in run {prev['run_id']}, now {float(last['sigma']):.1%} "
+                     f"in {last['run_id']}: something changed on the device (OS update, battery, background work); "
+                     "an A/A run again tells whether it stays")
+    return Entry(device=device, runtime=runtime, model=model, sigma=float(last["sigma"]),
+                 launches=int(last["launches"]), run_id=str(last["run_id"]),
+                 age_days=age_days(str(last["measured_at"]), now), jumped=moved)

@@ -66,14 +66,13 @@ def _summarize(obs: pd.DataFrame) -> pd.DataFrame:
 
 def summarize_history(history: Path | None, obs: pd.DataFrame | None = None) -> pd.DataFrame:
     """The same medians over a nightly history's trial rows (and ``obs``, runs' rows, with them), computed
-    in DuckDB over the parquet: the rows never come into memory, only one row per group comes back."""
-    from orchestrator.results.history import medians_by
+    from the history's per-night rollups (``results.history_rollup``): exact medians, as over every row,
+    from a small read; the rows never come into memory, only one row per group comes back."""
+    from orchestrator.results.history_rollup import summarize
 
     if obs is not None and "excluded" in obs.columns:  # excluded trials inform no conclusion
         obs = obs[obs["excluded"].isna()]
-    frame = medians_by(history, obs, SUMMARY_KEYS, ["decode_tok_s", "bytes_per_decode_token", "probe_gb_s"],
-                       "status = 'ok' AND decode_tok_s IS NOT NULL AND NOT isnan(decode_tok_s)",
-                       counted=("bytes_per_decode_token", "probe_gb_s"))
+    frame = summarize(history, obs)
     return frame.rename(columns={"bytes_per_decode_token": "bytes_per_token"})[SUMMARY_COLUMNS]
 
 

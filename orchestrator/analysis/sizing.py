@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 from scipy.stats import norm
 
-from orchestrator.analysis.decision import ArmSample, InsufficientData, compare, standard_error
+from orchestrator.analysis.decision import ArmSample, InsufficientData, compare, mde, standard_error
 from orchestrator.analysis.groupseq import Operating, operating
 from orchestrator.analysis.sequential import EQUIVALENCE_ALPHA, adaptive_looks
 from orchestrator.config.plan import MAX_BLOCKS, DecisionRule, Plan
@@ -56,6 +56,13 @@ def _pair_alpha(plan: Plan) -> float:
     strictest level, as the MDE states it; Bonferroni in an adaptive design)."""
     family = len(plan.arms) * (len(plan.arms) - 1) // 2
     return plan.decision.alpha / family if family > 1 and plan.decision.multiplicity == "holm" else plan.decision.alpha
+
+
+def planned_mde(plan: Plan, sigma: float) -> float:
+    """The smallest effect (a fraction) the plan can detect at ``rule.power`` with launch noise ``sigma``, at
+    its launches per arm (an adaptive design's cap) and each pair's alpha: the MDE stated before a run."""
+    return math.expm1(mde(sigma, plan.launches_per_arm(), _pair_alpha(plan), plan.decision.power,
+                          estimator=plan.decision.estimator))
 
 
 def fixed_launches_for_effect(plan: Plan, sigma: float, effect: float) -> int:

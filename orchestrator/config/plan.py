@@ -208,8 +208,9 @@ class DecisionRule(Strict):
 
 class NightlyConfirm(Strict):
     """Same-night confirmation: a night whose comparison looks suspicious (one-sided p(slower) <
-    `suspicious_p`) gets more blocks on the same phone, up to `launches_per_arm` in all, and is then
-    decided on every launch of the night: the alarm fires at p < `p` with a slowdown >= `slowdown`.
+    `suspicious_p`) gets more blocks on the same phone, up to `launches_per_arm` in all (more on a device whose
+    registered noise exceeds `sigma`, up to `max_launches_per_arm`), and is then decided on every launch of the
+    night: the alarm fires at p < `p` with a slowdown >= `slowdown`.
     Defaults chosen in bench/results/nightly_confirm.md (a first set of simulated nights, then checked
     on fresh ones): p < 0.001 let 1 of 4000 quiet nights alarm, p < 0.0001 none, and still alarms a 5%
     regression on its first night in about 96% of cases."""
@@ -219,12 +220,23 @@ class NightlyConfirm(Strict):
         default=120, ge=12, le=MAX_LAUNCHES_PER_ARM, description="The cap: launches per arm of the night in all")
     p: Alpha = Field(default=0.0001, description="Alarm below this one-sided p(slower), on the whole night")
     slowdown: float = Field(default=0.03, ge=0, lt=1, description="... and a slowdown at least this")
+    sigma: float = Field(
+        default=0.065, gt=0, lt=1, description="The launch noise launches_per_arm is sized for, as the noise registry "
+        "reads it (6.5%: the median reading of the simulated 6%-noise phones the defaults were measured on): a device "
+        "whose registered noise is larger is extended to launches_per_arm x (its noise / sigma)^2, so its night's "
+        "interval is as narrow as the one the defaults were measured with")
+    max_launches_per_arm: int = Field(
+        default=360, ge=12, le=MAX_LAUNCHES_PER_ARM, description="The most a noisy device's night is extended to "
+        "(360 at 120 launches per arm and sigma 6.5%: noise up to 11.3% keeps the first-night detection)")
 
     @model_validator(mode="after")
     def _confirmable(self) -> NightlyConfirm:
         if self.p >= self.suspicious_p:
             raise ValueError(f"p ({self.p:g}) must be below suspicious_p ({self.suspicious_p:g}): a night that could "
                              "alarm would not be extended")
+        if self.max_launches_per_arm < self.launches_per_arm:
+            raise ValueError(f"max_launches_per_arm ({self.max_launches_per_arm}) must be at least launches_per_arm "
+                             f"({self.launches_per_arm}): it is the most a noisy device's night is extended to")
         return self
 
 

@@ -1,8 +1,10 @@
 """`orch publish`: a static site of every run and the nightly history (works from file:// or any server).
 
     SITE/index.html               every device x config: latest status, ratio, sparkline; every run
-    SITE/config/<config>.html     the config's series: interactive chart, alarms, change points
-    SITE/data/<config>.json       the same series, for machines (column names as in the history)
+    SITE/config/<config>.html     the config's series: interactive chart, alarms, change points; below, apart,
+                                  other tools' results on its devices (orch import) in a chart of their own
+    SITE/data/<config>.json       the same series, for machines (column names as in the history), and under
+                                  "imported" other tools' results on the config's devices (never its points)
     SITE/data/overview.json       the overview table, for machines
     SITE/data/imported.json       other tools' results (orch import): shown apart on the index, never decided on
     SITE/runs/<run_id>/report.html  each run's report (the one `orch report` writes)
@@ -179,6 +181,9 @@ def publish(results: Path, history: Path | None, out: Path, ceilings: CeilingTab
     over = overview(table, reports)
     assets = site_pages.write_assets(out / "assets")
     outcome.written += assets
+    imported_rows = imports_store.load(history)
+    imported = site_imports.series(imported_rows)
+    failed = site_imports.failures(imported_rows)  # runs the tool reported as failed: listed, never a number
     for config in configs:
         mine = table[table["config"] == config].sort_values(["device", "night"])
         points = _records(mine, POINT_COLUMNS)
@@ -187,19 +192,21 @@ def publish(results: Path, history: Path | None, out: Path, ceilings: CeilingTab
             p["report"] = f"../runs/{p['run_id']}/report.html" if p["run_id"] in reports else None
             p["runtime"] = runtime_of.get(p["run_id"])
         cps = _records(changes[changes["config"] == config], ["device", "signal", "night", "shift"])
+        devices = {p["device"] for p in points}
         data = {"config": config, "points": points, "change_points": cps,
                 "runtimes": sorted({p["runtime"] for p in points if p["runtime"]}),
-                "reference_builds": sorted({p["reference_build"] for p in points if p["reference_build"]})}
+                "reference_builds": sorted({p["reference_build"] for p in points if p["reference_build"]}),
+                # Other tools' results on this config's devices: their own chart and table, never these points.
+                "imported": [e for e in imported if e["device"] in devices],
+                "imported_failed": [e for e in failed if e["device"] in devices]}
         _write(out / "data" / f"{config}.json", (json.dumps(data, indent=1) + "\n").encode(), outcome)
         _write(out / "config" / f"{config}.html", site_pages.config_page(data).encode(), outcome)
     _write(out / "data" / "overview.json", (json.dumps({"series": over, "runs": run_rows, "unreadable": broken},
                                                        indent=1) + "\n").encode(), outcome)
-    imported_rows = imports_store.load(history)
-    imported = site_imports.series(imported_rows)
     _write(out / "data" / "imported.json", (json.dumps(site_imports.document(imported, imported_rows), indent=1)
                                             + "\n").encode(), outcome)
-    _write(out / "index.html", site_pages.index_page(over, run_rows, broken, site_imports.section(imported)).encode(),
-           outcome)
+    index = site_pages.index_page(over, run_rows, broken, site_imports.section(imported, failed))
+    _write(out / "index.html", index.encode(), outcome)
     for stale in set(made) - set(runs):  # a run removed from the results folder leaves the site too
         shutil.rmtree(out / "runs" / stale, ignore_errors=True)
         made.pop(stale)

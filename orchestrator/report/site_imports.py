@@ -13,7 +13,7 @@ from typing import Any
 
 import pandas as pd
 
-__all__ = ["TITLE", "document", "section", "series"]
+__all__ = ["TITLE", "config_section", "document", "failures", "section", "series"]
 
 TITLE = "Imported from other tools: not interleaved, not settled, never decision-grade"
 KEYS = ["source_format", "runtime", "model", "device", "test"]
@@ -29,10 +29,16 @@ def _clean(x: Any) -> Any:
     return None if x is None or (isinstance(x, float) and math.isnan(x)) else x
 
 
+def _ok(rows: pd.DataFrame) -> pd.Series:
+    return rows["status"].fillna("ok") == "ok" if "status" in rows.columns else pd.Series(True, index=rows.index)
+
+
 def series(rows: pd.DataFrame) -> list[dict[str, Any]]:
     """One entry per (tool, runtime, model, device, test) of the imported ``rows``: the latest import's
-    numbers and every night's."""
+    numbers and every night's. Failed runs are no measurement: they are in ``failures``, never here."""
     out: list[dict[str, Any]] = []
+    if len(rows):
+        rows = rows[_ok(rows)]
     if not len(rows):
         return out
     rows = rows.assign(night=rows["night"].astype(str))
@@ -51,6 +57,35 @@ def series(rows: pd.DataFrame) -> list[dict[str, Any]]:
     return out
 
 
+def failures(rows: pd.DataFrame) -> list[dict[str, Any]]:
+    """Every imported run the tool reported as failed, newest first."""
+    if not len(rows):
+        return []
+    bad = rows[~_ok(rows)].assign(night=lambda f: f["night"].astype(str))
+    bad = bad.sort_values(["night", "imported_at"], ascending=False, kind="stable")
+    cols = ["source_format", "runtime", "model", "device", "night", "failure_kind", "failure", "source_file",
+            "source_line", "import_id"]
+    return [{c: _clean(r[c]) for c in cols} | {"status": "failed", "decision_grade": False}
+            for _, r in bad.iterrows()]
+
+
+def failed_table(entries: list[dict[str, Any]]) -> str:
+    """Failed runs: listed as failed, with what the tool said; no number, no chart."""
+    if not entries:
+        return ""
+    h = [f'<h3 id="imported-failed">Failed runs ({len(entries)}): the tool measured nothing</h3>',
+         '<table id="imported-failures"><tr><th>tool</th><th>model</th><th>device</th><th>day</th><th>status</th>'
+         "<th>what the tool said</th><th>from</th></tr>"]
+    for r in entries:
+        h.append(f'<tr class="imported-failed" data-source="{_e(r["source_format"])}" '
+                 f'data-kind="{_e(r["failure_kind"])}"><td>{_e(r["source_format"])}</td><td>{_e(r["model"])}</td>'
+                 f'<td>{_e(r["device"])}</td><td>{_e(r["night"])}</td><td><span class="v alarm">failed</span> '
+                 f'{_e(r["failure_kind"])}</td><td>{_e(r["failure"])}</td>'
+                 f'<td class="sub">{_e(r["source_file"])}:{_e(r["source_line"])}</td></tr>')
+    h.append("</table>")
+    return "\n".join(h)
+
+
 def trend(values: list[float], width: int = 120, height: int = 24) -> str:
     """An inline SVG of a series' tok/s, low to high (no reference line: there is no ratio here)."""
     if len(values) < 2:
@@ -64,9 +99,9 @@ def trend(values: list[float], width: int = 120, height: int = 24) -> str:
             f'<polyline fill="none" stroke="#6c757d" stroke-width="1.5" points="{pts}"/></svg>')
 
 
-def section(entries: list[dict[str, Any]]) -> str:
+def section(entries: list[dict[str, Any]], failed: list[dict[str, Any]] | None = None) -> str:
     """The overview page's section (empty when nothing was imported)."""
-    if not entries:
+    if not entries and not failed:
         return ""
     h = [f'<h2 id="imported-results">{_e(TITLE)} ({len(entries)})</h2>',
          '<p class="sub">Each tool\'s own average over its own repetitions, brought in with <code>orch import</code>. '
@@ -84,6 +119,31 @@ def section(entries: list[dict[str, Any]]) -> str:
                  f'<td>{trend([t["tok_s"] for t in r["trend"] if t["tok_s"] is not None])}</td>'
                  f'<td class="sub">{_e(r["source_file"])}:{_e(r["source_line"])}</td></tr>')
     h.append("</table>")
+    h.append(failed_table(failed or []))
+    return "\n".join(h)
+
+
+def config_section(entries: list[dict[str, Any]], failed: list[dict[str, Any]] | None = None) -> str:
+    """A config page's section: other tools' results on its devices, in a chart of their own (tok/s as the
+    tool reported it, no ratio, no alarm) and a table, under the same heading as on the overview."""
+    if not entries and not failed:
+        return ""
+    h = [f'<h2 id="imported-results">{_e(TITLE)} ({len(entries)})</h2>',
+         '<p class="sub">Other tools\' numbers on this config\'s devices (<code>orch import</code>), each the tool\'s '
+         "own average: no settle gate, no interleaving, no pinned reference. Drawn here apart, in tok/s, never in "
+         "the chart above: they enter no ratio, alarm, verdict or rank.</p>",
+         '<div id="imported-plot" class="imported-plot"></div>',
+         '<table id="imported"><tr><th>tool</th><th>runtime</th><th>model</th><th>device</th><th>test</th>'
+         "<th>tok/s (± sd)</th><th>latest</th><th>imports</th><th>from</th></tr>"]
+    for r in entries:
+        sd = f" ± {r['tok_s_stddev']:.2f}" if r["tok_s_stddev"] is not None else ""
+        h.append(f'<tr class="imported" data-source="{_e(r["source_format"])}" data-test="{_e(r["test"])}">'
+                 f'<td>{_e(r["source_format"])}</td><td>{_e(r["runtime"])}</td><td>{_e(r["model"])}</td>'
+                 f'<td>{_e(r["device"])}</td><td>{_e(r["test"])}</td><td class="num">{r["tok_s"]:.2f}{sd}</td>'
+                 f'<td>{_e(r["night"])}</td><td class="num">{r["imports"]}</td>'
+                 f'<td class="sub">{_e(r["source_file"])}:{_e(r["source_line"])}</td></tr>')
+    h.append("</table>")
+    h.append(failed_table(failed or []))
     return "\n".join(h)
 
 
@@ -92,4 +152,4 @@ def document(entries: list[dict[str, Any]], rows: pd.DataFrame) -> dict[str, Any
     from orchestrator.report.machine import records
 
     frame = rows.assign(night=rows["night"].astype(str)) if len(rows) else rows
-    return {"title": TITLE, "series": entries, "rows": records(frame)}
+    return {"title": TITLE, "series": entries, "failed": failures(rows), "rows": records(frame)}

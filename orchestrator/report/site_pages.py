@@ -13,6 +13,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+from orchestrator.report import site_imports
+
 STATUS_ORDER = {"alarm": 0, "watch": 1, "no data": 2, "ok": 3}
 
 CSS = """
@@ -27,6 +29,7 @@ th { background: #f6f8fa; text-align: left; } td.num { text-align: right; font-v
 .alarm { background: #f8d7da; color: #721c24; } .watch { background: #fff3cd; color: #856404; }
 .ok { background: #d4edda; color: #155724; } .nodata { background: #e2e3e5; color: #383d41; }
 .counts span { margin-right: 12px; } .filters label { margin-right: 14px; } #plot { height: 520px; }
+#imported-plot { height: 320px; border: 1px dashed #adb5bd; }
 a { color: #0366d6; text-decoration: none; } a:hover { text-decoration: underline; }
 """
 
@@ -87,8 +90,34 @@ SERIES_JS = r"""
     }, {displaylogo: false, responsive: true});
     document.getElementById("shown").textContent = `${pts.length} nights shown`;
   }
+  function drawImported() {
+    // Other tools' numbers: their own chart (tok/s as each tool reported it), never the series above.
+    const box = document.getElementById("imported-plot");
+    const series = (data.imported || []).filter(s => s.trend.some(t => t.tok_s !== null));
+    if (!box || !series.length) return;
+    const traces = series.map(s => {
+      const pts = s.trend.filter(t => t.tok_s !== null);
+      return {
+        type: "scatter", mode: "lines+markers", name: `${s.source_format} ${s.test} (${s.device})`,
+        x: pts.map(t => t.night), y: pts.map(t => t.tok_s), line: {dash: "dot", width: 1.5},
+        marker: {symbol: "square-open", size: 9},
+        text: pts.map(t => `<b>${s.source_format}</b> ${s.runtime || ""} ${s.model || ""}<br>${s.test} on ` +
+                           `${s.device}, ${t.night}: ${fmt(t.tok_s, 2)} tok/s<br>imported: not interleaved, ` +
+                           "not settled, never decision-grade"),
+        hovertemplate: "%{text}<extra></extra>",
+      };
+    });
+    Plotly.newPlot(box, traces, {
+      margin: {l: 60, r: 20, t: 40, b: 50}, hovermode: "closest",
+      title: {text: "imported: not interleaved, not settled, never decision-grade", font: {size: 13, color: "#6c757d"}},
+      xaxis: {title: {text: "day measured"}, type: "category"},
+      yaxis: {title: {text: "tok/s (the tool's own average, log scale)"}, type: "log"},
+      legend: {title: {text: "tool, test (device)"}},
+    }, {displaylogo: false, responsive: true});
+  }
   fields.forEach(fill);
   draw();
+  drawImported();
   plot.on("plotly_click", ev => {
     const target = ev.points.length ? ev.points[0].customdata[0] : null;
     if (target) window.location.href = target;
@@ -229,6 +258,7 @@ def config_page(data: dict[str, Any]) -> str:
     h.append(f"<h2>Change points ({len(data['change_points'])})</h2>")
     h += [f"<p>{_e(c['device'])}: {_e(c['signal'])} from {_e(c['night'])} ({100 * c['shift']:+.1f}%)</p>"
           for c in data["change_points"]] or ["<p>none detected</p>"]
+    h.append(site_imports.config_section(data.get("imported", []), data.get("imported_failed", [])))
     h.append(f'<p class="sub">Machine-readable: <a href="../data/{_e(config)}.json">data/{_e(config)}.json</a>.</p>')
     payload = json.dumps(data).replace("</", "<\\/")
     h.append(f'<script id="series-data" type="application/json">{payload}</script>')

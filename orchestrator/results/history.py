@@ -185,21 +185,26 @@ def medians_by(history: Path | None, extra: pd.DataFrame | None, keys: list[str]
         SELECT {group}{meds}, count(*) AS n, count(*) FILTER (WHERE run_id IS NULL) AS _from_history
         FROM {rows} GROUP BY {group} ORDER BY {group}"""
     frame = query(sql, con=con).to_pandas()
-    named: dict[tuple[str, ...], set[str]] = {}
+    named: dict[tuple[str | None, ...], set[str]] = {}
     if extra is not None and len(extra) and "run_id" in extra.columns:
         cast = ", ".join(f"{_ident(k)}::VARCHAR AS {_ident(k)}" for k in keys)
         for key, g in query(f"SELECT DISTINCT {cast}, run_id::VARCHAR AS run_id FROM extra_rows WHERE {where} "
-                            "AND run_id IS NOT NULL", con=con).to_pandas().groupby(keys, sort=False):
-            named[key if isinstance(key, tuple) else (key,)] = set(g["run_id"])
+                            "AND run_id IS NOT NULL", con=con).to_pandas().groupby(keys, sort=False, dropna=False):
+            named[_key(key)] = set(g["run_id"])
     runs = []
     for key, from_history in zip(frame[keys].itertuples(index=False, name=None), frame["_from_history"], strict=True):
-        r = sorted(named.get(tuple(str(k) for k in key), set()) | ({"history"} if from_history else set()))
+        r = sorted(named.get(_key(key), set()) | ({"history"} if from_history else set()))
         runs.append(",".join(r[:3]) + ("..." if len(r) > 3 else ""))
     frame["runs"] = runs
     if counted:
         for v, med in _counted_medians(con, rows, keys, list(counted), frame).items():
             frame[v] = med
     return frame[[*keys, *values, "n", "runs"]]
+
+
+def _key(key: Any) -> tuple[str | None, ...]:
+    """A group's keys as strings; a null key (None or NaN) is a group of its own, as in DuckDB's GROUP BY."""
+    return tuple(None if pd.isna(k) else str(k) for k in (key if isinstance(key, tuple) else (key,)))
 
 
 def _counted_medians(con: Any, rows: str, keys: list[str], values: list[str],
@@ -216,15 +221,14 @@ def _counted_medians(con: Any, rows: str, keys: list[str], values: list[str],
     out: dict[str, list[float]] = {}
     for v in values:
         mine = counts[(counts[f"_g_{v}"] == 0) & counts[v].notna()]
-        medians: dict[tuple[str, ...], float] = {}
-        for key, g in mine.groupby(keys, sort=False):
+        medians: dict[tuple[str | None, ...], float] = {}
+        for key, g in mine.groupby(keys, sort=False, dropna=False):
             g = g.sort_values(v)
             cum = g["_c"].to_numpy().cumsum()
             n = int(cum[-1])
             vals = g[v].to_numpy(dtype=float)
             lo = vals[np.searchsorted(cum, (n - 1) // 2, side="right")]
             hi = vals[np.searchsorted(cum, n // 2, side="right")]
-            medians[key if isinstance(key, tuple) else (key,)] = float((lo + hi) / 2)
-        out[v] = [medians.get(tuple(str(x) for x in k), float("nan"))
-                  for k in groups[keys].itertuples(index=False, name=None)]
+            medians[_key(key)] = float((lo + hi) / 2)
+        out[v] = [medians.get(_key(k), float("nan")) for k in groups[keys].itertuples(index=False, name=None)]
     return out

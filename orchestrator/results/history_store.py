@@ -4,7 +4,8 @@
     history/nights/night=<night>/<run_id>.parquet    one row per device: ratio, one-sided p, CI, ...
 
 Files are written to a temp name and renamed; a night's per-run files are compacted into one per
-dataset once the night is done. Reading is `results/history.py` (DuckDB).
+dataset once the night is done. Each time a night's trial files change, its rank rollup is written
+again beside them (`results/history_rollup.py`). Reading is `results/history.py` (DuckDB).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from orchestrator.results.history import STRING_COLUMNS as HISTORY_STRINGS
+from orchestrator.results.history_rollup import write_rollup
 
 __all__ = ["FLOAT_COLUMNS", "NIGHT_COLUMNS", "SERIES_COLUMNS", "STRING_COLUMNS", "TRIAL_COLUMNS", "NightlyInputError",
            "append_history", "check_night", "compact_night", "typed"]
@@ -66,6 +68,8 @@ def append_history(history: Path, night: str, trials: pd.DataFrame, nights: pd.D
         tmp = part / f".{run_id}.parquet.tmp"
         frame.to_parquet(tmp, index=False)
         tmp.replace(part / f"{run_id}.parquet")
+        if kind == "trials":
+            write_rollup(history, night)  # rank's per-night rollup follows the night's files
 
 
 def compact_night(history: Path, night: str) -> None:
@@ -99,4 +103,6 @@ def compact_night(history: Path, night: str) -> None:
         for f in files:
             if f.name != name:
                 f.unlink()
+        if kind == "trials":
+            write_rollup(history, night)
 

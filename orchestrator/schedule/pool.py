@@ -7,10 +7,16 @@ within a device's block and the device is a stratum. A look is taken at the end 
 every member still running has finished the trials with that sequence number, on the values of the
 trials up to it (the verdict table replays exactly these looks, `analysis.pooled`). Once the class
 has its answer, no member starts another trial.
+
+A member does not run ahead of its siblings (``turn``): it starts the trial with sequence number ``s`` once
+every other member still running has finished ``s - 1``. A trial beyond the round frontier informs no look
+until the slowest member catches up, and when the class decides first it was device time spent for nothing:
+the phones that cool faster wait (their idle time cools them further) instead of running such trials.
 """
 
 from __future__ import annotations
 
+import asyncio
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -55,6 +61,7 @@ class ClassPool:
     next_round: int = 0
     looks_done: int = 0
     decided: str | None = None  # why the class stopped (the look's words)
+    _changed: asyncio.Event = field(default_factory=asyncio.Event)  # set (and replaced) when done/active change
 
     def __post_init__(self) -> None:
         self.active = set(self.members)
@@ -63,9 +70,27 @@ class ClassPool:
         if value is not None:
             self.values.setdefault(arm, []).append((seq, pooled_block(self.members.index(device), block), value))
         self.done[device] = max(self.done.get(device, -1), seq)
+        self._notify()
 
     def leave(self, device: str) -> None:
         self.active.discard(device)
+        self._notify()
+
+    def _notify(self) -> None:
+        was, self._changed = self._changed, asyncio.Event()
+        was.set()
+
+    def ahead(self, device: str, seq: int) -> bool:
+        """Trial ``seq`` of ``device`` would run ahead of the class's round: a sibling still running has not
+        finished ``seq - 1``. Only an adaptive rule looks at rounds; without one every member runs its share."""
+        if self.plan.decision.adaptive is None or self.decided:
+            return False
+        return any(self.done.get(d, -1) < seq - 1 for d in self.active if d != device)
+
+    async def turn(self, device: str, seq: int) -> None:
+        """Wait until ``device`` may start trial ``seq`` (``ahead`` no longer holds)."""
+        while self.ahead(device, seq):
+            await self._changed.wait()
 
     def look(self) -> FamilyLook | None:
         """Every round the members have now finished, in order; the look at the first that reaches an

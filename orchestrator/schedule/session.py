@@ -129,8 +129,10 @@ class Session:
                 continue
             if (spent := self._budget_spent()) is not None:
                 return "budget", spent
-            if self.pool is not None and self.pool.decided:
-                return "decided", self.pool.decided
+            if self.pool is not None:
+                await self.pool.turn(self.schedule.device, trial.seq)  # never ahead of the class's round
+                if self.pool.decided:
+                    return "decided", self.pool.decided
             outcome = await self._trial(trial, gate)
             if isinstance(outcome, str):
                 return outcome, f"before {trial.trial_id}" + (f" ({self._held})" if self._held else "")

@@ -6,7 +6,7 @@ import math
 import re
 from dataclasses import dataclass, field
 
-__all__ = ["ImportInputError", "Measurement", "test_name"]
+__all__ = ["ImportInputError", "Measurement", "failed_run", "test_name"]
 
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
@@ -39,13 +39,33 @@ class Measurement:
     build: str | None = None  # the tool's build or version, when the file says it
     measured_at: str | None = None  # ISO 8601, when the file says it
     settings: dict[str, str] = field(default_factory=dict)  # the tool's own knobs, as it printed them
+    # A run the tool reported as failed (and still exited 0): kept as a typed row, with no speed.
+    failure_kind: str | None = None  # model_not_found | benchmark_error
+    failure: str | None = None  # what the tool said
+
+    @property
+    def failed(self) -> bool:
+        return self.failure_kind is not None
 
     def check(self, path: str) -> Measurement:
-        """Refuse a speed that is no speed (zero, negative, NaN): the tool measured nothing."""
+        """Refuse a speed that is no speed (zero, negative, NaN): the tool measured nothing. A failed run
+        carries no speed at all."""
+        if self.failed:
+            if not math.isnan(self.tok_s):
+                raise ImportInputError(path, self.line, "a failed run carries no speed")
+            return self
         if not (math.isfinite(self.tok_s) and self.tok_s > 0):
             raise ImportInputError(path, self.line, f"{self.test}: tok/s {self.tok_s} is no measurement "
                                                     "(the tool reported no speed)")
         return self
+
+
+def failed_run(source_format: str, runtime: str, line: int, kind: str, failure: str, model: str | None = None,
+               settings: dict[str, str] | None = None) -> Measurement:
+    """A tool's run that measured nothing and said so (test "benchmark", no speed, never a measurement)."""
+    return Measurement(source_format=source_format, line=line, runtime=runtime, test="benchmark", phase="none",
+                       n_prompt=0, n_gen=0, tok_s=math.nan, model=model, settings=settings or {},
+                       failure_kind=kind, failure=failure)
 
 
 def test_name(n_prompt: int, n_gen: int, depth: int = 0) -> str:

@@ -14,7 +14,9 @@
 Two measurements: prefill (``pp<n>``) and decode (``tg<n>``), each LiteRT-LM's mean over its
 ``--runs``. The tool exits 0 when it benchmarked nothing: it prints ``Could not find <model>
 locally in <path>.`` for a missing model, or ``An error occurred during benchmarking`` and a
-traceback. Both are refused here (a located error, exit 2), never read as a zero-speed row.
+traceback. Both are kept as one failed row each (``failure_kind`` model_not_found or
+benchmark_error, the tool's words in ``failure``, no speed): a record that the run failed, never a
+measurement. A file cut before its results is refused (a located error, exit 2).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from __future__ import annotations
 import re
 from pathlib import PurePath
 
-from orchestrator.results.imports._common import ImportInputError, Measurement, lines_of
+from orchestrator.results.imports._common import ImportInputError, Measurement, failed_run, lines_of
 
 __all__ = ["looks_like", "parse"]
 
@@ -41,14 +43,17 @@ def looks_like(text: str) -> bool:
 
 def parse(text: str, path: str) -> list[Measurement]:
     lines = [s.strip() for s in lines_of(text)]
+    head = next(((i + 1, m) for i, s in enumerate(lines) if (m := MODEL.match(s))), None)
     for i, s in enumerate(lines):
         if m := MISSING.match(s):
-            raise ImportInputError(path, i + 1, f"LiteRT-LM benchmarked nothing: it could not find the model "
-                                                f"{m['model']} (in {m['path']}); the tool still exits 0")
+            return [failed_run("litert-lm", "litert-lm", i + 1, "model_not_found",
+                               f"could not find the model {m['model']} (in {m['path']}); the tool still exited 0",
+                               model=PurePath(m["model"]).name, settings={"model_path": m["model"]}).check(path)]
         if s == FAILED:
             last = next((x for x in reversed(lines[i + 1:]) if x), "no detail")
-            raise ImportInputError(path, i + 1, f"LiteRT-LM benchmarking failed ({last}); the tool still exits 0")
-    head = next(((i + 1, m) for i, s in enumerate(lines) if (m := MODEL.match(s))), None)
+            name = head[1]["name"] if head else None
+            return [failed_run("litert-lm", "litert-lm", i + 1, "benchmark_error",
+                               f"benchmarking failed: {last}; the tool still exited 0", model=name).check(path)]
     if head is None:
         raise ImportInputError(path, 1, "no 'Benchmarking model:' line: not a litert-lm benchmark output")
     fields: dict[str, str] = {}

@@ -3,7 +3,9 @@
     history/imported/night=<day>/<import_id>.parquet    one row per imported measurement
 
 ``<day>`` is the UTC day the tool measured on when the file says it (llama-bench's test_time), else
-the day of the import. ``import_id`` is a hash of the file's content, its format and the labels
+the day of the import. A run the tool reported as failed (LiteRT-LM's "Could not find", exit 0) is
+a row with ``status`` failed, its ``failure_kind`` and ``failure``, and no ``tok_s``; rows written
+before that column existed read as ok. ``import_id`` is a hash of the file's content, its format and the labels
 given with it: importing the same file again rewrites the same rows, never a second copy. Files
 are written to a temp name and renamed; nothing is written unless every file given parsed.
 """
@@ -26,7 +28,8 @@ __all__ = ["COLUMNS", "ImportedFile", "import_id", "load", "rows", "write"]
 KIND = "imported"
 COLUMNS = ["import_id", "origin", "interleaved", "settled", "decision_grade", "source_format", "source_file",
            "source_line", "runtime", "model", "device", "test", "phase", "n_prompt", "n_gen", "tok_s",
-           "tok_s_stddev", "n_samples", "samples_tok_s", "build", "measured_at", "imported_at", "settings"]
+           "tok_s_stddev", "n_samples", "samples_tok_s", "build", "measured_at", "imported_at", "settings",
+           "status", "failure_kind", "failure"]
 
 
 @dataclass(frozen=True)
@@ -63,7 +66,9 @@ def rows(measurements: Iterable[Measurement], *, ident: str, source_file: str, i
             "import_id": ident, "origin": "imported", "interleaved": False, "settled": False, "decision_grade": False,
             "source_format": m.source_format, "source_file": source_file, "source_line": m.line,
             "runtime": m.runtime, "model": model or m.model or "unknown", "device": device or m.device or "unknown",
-            "test": m.test, "phase": m.phase, "n_prompt": m.n_prompt, "n_gen": m.n_gen, "tok_s": m.tok_s,
+            "test": m.test, "phase": m.phase, "n_prompt": m.n_prompt, "n_gen": m.n_gen,
+            "tok_s": None if m.failed else m.tok_s, "status": "failed" if m.failed else "ok",
+            "failure_kind": m.failure_kind, "failure": m.failure,
             "tok_s_stddev": m.tok_s_stddev, "n_samples": len(m.samples_tok_s) or None,
             "samples_tok_s": list(m.samples_tok_s), "build": m.build, "measured_at": m.measured_at,
             "imported_at": imported.astimezone(UTC).isoformat(), "settings": json.dumps(m.settings, sort_keys=True),
@@ -109,5 +114,9 @@ def load(history: Path | None) -> pd.DataFrame:
     sql = (f"SELECT * EXCLUDE (filename, file_row_number) FROM {history_db.scan(history, KIND, rows=True)} "
            "ORDER BY night, imported_at, import_id, file_row_number")
     frame = history_db.query(sql).to_pandas()
+    for c in ("status", "failure_kind", "failure"):  # files written before failed runs were kept: all ok
+        if c not in frame.columns:
+            frame[c] = None
+    frame["status"] = frame["status"].fillna("ok")
     frame["samples_tok_s"] = [[float(v) for v in a] if a is not None else [] for a in frame["samples_tok_s"]]
     return frame
