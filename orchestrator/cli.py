@@ -40,7 +40,7 @@ from orchestrator.report.console import (
 from orchestrator.results.journal import JournalWriteError
 from orchestrator.results.records import EARLY_STOPS
 from orchestrator.results.store import TABLES, RunDir, RunLocked, RunNotFound, RunNotWritable, RunUnreadable, find_run
-from orchestrator.results.trials import excluded_words, finished_by_device
+from orchestrator.results.trials import excluded_words, finished_by_device, self_throttled_words
 
 BAD_INPUT = (ConfigError, RunNotFound, RunUnreadable)
 REFUSED = (RunLocked, RunNotWritable, JournalWriteError, OSError)
@@ -116,7 +116,7 @@ def _execute(run_dir: RunDir, results: Path, accept_change: bool = False) -> Non
     _summary(outcome)
     if not outcome.completed:
         err.print("run incomplete: some sessions stopped early (see 'session' above); "
-                  f"fix the devices and run: orch run --resume {run_dir.run_id}")
+                  f"once what stopped them is fixed or gone, run: orch run --resume {run_dir.run_id}")
         raise typer.Exit(1)
 
 
@@ -130,8 +130,9 @@ def _summary(outcome: RunOutcome) -> None:
     out.print(verdict_table(outcome.verdicts, outcome.manifest, outcome.chips))
     if len(outcome.class_verdicts):
         out.print(class_table(outcome.class_verdicts))
-    if (words := excluded_words(outcome.trials)) is not None:
-        out.print(words, markup=False, highlight=False)
+    for words in (excluded_words(outcome.trials), self_throttled_words(outcome.trials)):
+        if words is not None:
+            out.print(words, markup=False, highlight=False)
     for note in budget_note(outcome.sessions, dict(outcome.stops), outcome.verdicts):
         out.print(note, markup=False, highlight=False)
     files = ", ".join(["journal.jsonl", *(f for f in TABLES.values() if (outcome.run.path / f).exists())])

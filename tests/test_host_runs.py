@@ -34,6 +34,8 @@ def test_orch_run_over_ssh_loopback_puts_real_results_in_the_journal(
                  {"name": "t2", "runtime": "rawloop-cpu", "threads": 2}],
         "trial": {"prompt_tokens": 16, "decode_tokens": 32, "timeout_s": 120},
         "settle": {"min_gap_s": 0, "flat_window_s": 0, "poll_s": 1, "timeout_s": 60},
+        # an SSH host is checked for interference too; what this test checks must not depend on other work here
+        "interference": None,
     })
     f, p = write_inputs(tmp_path, lab(sshd, tmp_path, harness), plan)
     code, out = invoke("run", "--fleet", str(f), "--plan", str(p), "--results", str(tmp_path / "r"))

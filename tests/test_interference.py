@@ -267,3 +267,35 @@ def test_the_live_view_shows_waits_and_retries_with_process_names_as_plain_text(
         live.progress.refresh()
     task = live.progress.tasks[0]
     assert "retrying d-0000" in task.fields["status"] and "[/]" in task.fields["status"]
+
+
+def test_without_a_terminal_the_run_says_what_it_waits_for_and_what_it_kept_out_in_plain_lines() -> None:
+    import io
+
+    from rich.console import Console
+
+    from orchestrator.report.console import LiveProgress
+    from orchestrator.results.records import SettleWaiting
+
+    records, manifest = run_fake(lambda launch: launch < 3, retry={"max_attempts": 3})
+    out = io.StringIO()
+    live = LiveProgress(Console(file=out, force_terminal=False, width=80), manifest)  # type: ignore[arg-type]
+    quiet = "waiting for quiet: other processes took 50% of the CPU (limit 10%; [/x] (pid 7)), {} /15 s"
+    with live:
+        live.observe("d", SettleWaiting(why="min gap: 3 s to go"))  # every trial's: the bar's, not a line
+        live.observe("d", SettleWaiting(why="throttle probe 12% slower than the session's baseline (limit 10%)"))
+        live.observe("d", SettleWaiting(why="throttle probe 9.5% slower than the session's baseline (limit 10%)"))
+        live.observe("d", SettleWaiting(why=quiet.format(1)))
+        live.observe("d", SettleWaiting(why=quiet.format(2)))  # the same wait again: said once
+        for r in records:
+            if isinstance(r, AttemptSpoiled | TrialRecord) and r.trial_id.endswith("0000"):
+                live.observe("d", r)
+        live.observe("d", SettleWaiting(why=quiet.format(3)))  # the next trial's wait is said again
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "d: waiting: throttle probe 12% slower than the session's baseline (limit 10%)", lines
+    lines = lines[1:]
+    assert lines[0] == "d: " + quiet.format(1), lines
+    assert [line.split(":")[1].strip().split(" ")[0] for line in lines[1:3]] == ["retrying", "retrying"]
+    assert "(attempt 1): interference: other processes took 50% of the CPU" in lines[1]
+    assert lines[3].startswith("d: d-0000 (base) kept but excluded: interference: other processes took 50%")
+    assert lines[4] == "d: " + quiet.format(3) and len(lines) == 5

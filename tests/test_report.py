@@ -116,6 +116,22 @@ def test_trials_run_throttled_are_listed_and_charted_apart(tmp_path: Path) -> No
     assert res.exit_code == 0 and "excluded from verdicts, the audit and rank (phone: " in " ".join(res.output.split())
 
 
+def test_an_arm_that_throttles_itself_from_rest_is_counted_and_the_report_says_so(tmp_path: Path) -> None:
+    heavy = sim_device(runtimes={"coreai": {"decode_tok_s": 50.0},
+                                 "rawloop-metal": {"decode_tok_s": 50.0, "load": 2.0, "launch_s": 4.0}},
+                       thermal={"ambient_c": 24, "heat_c_per_s": 0.09, "hidden_throttle_c": 28.6},
+                       noise={"sigma": 0.01, "outlier_rate": 0.0})
+    run = run_on_disk(tmp_path, heavy, probe=False, retry={"backoff_s": 0}, trial={"prompt_tokens": 16,
+                                                                                  "decode_tokens": 128},
+                      settle={"throttle_probe": {"max_slowdown": 0.05, "rest_margin_c": 0.1}})
+    res = runner.invoke(cli(), ["report", run.run_id, "--results", str(run.path.parent), "--out", str(tmp_path / "r")])
+    assert res.exit_code == 0, res.output
+    md = " ".join((tmp_path / "r" / "report.md").read_text().split())
+    assert "12 trials ran throttled although started from a rest (phone cand: 12): counted" in md, md
+    assert "## Excluded from verdicts" not in md, "nothing excluded: the heavy arm's own heat is its own"
+    assert "slower" in md.split("## Verdicts", 1)[-1].split("##", 1)[0], "the real gap is the verdict"
+
+
 def test_the_report_reads_what_derive_wrote_and_writes_nothing_into_the_run(tmp_path: Path) -> None:
     """Derive once, read many: the report shows the verdicts table derive wrote for this journal (here
     edited on disk, so a recomputation would show) and leaves the run's own files as they were."""

@@ -121,6 +121,7 @@ def test_never_settling_device_times_out_with_reason(tmp_path: Path) -> None:
     run = only_run(tmp_path / "r")
     (stop,) = [r for r in run.records() if isinstance(r, SessionStopped)]
     assert stop.reason == "settle_timeout"
+    assert stop.detail == "before hot-0000 (the settle gate still held after 900 s: thermal state critical)"
 
 
 def test_sequential_looks_stop_a_decided_comparison_early(tmp_path: Path) -> None:

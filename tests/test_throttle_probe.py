@@ -95,7 +95,8 @@ def test_a_run_on_a_hidden_throttler_records_every_probe_and_excludes_slow_trial
     hot = sim_device("hot", thermal={"hidden_throttle_c": 30.0, "hidden_throttle": 0.1, "heat_c_per_s": 0.2})
     fleet = fleet_of(hot)
     plan = plan_with(probe=False, settle={"min_gap_s": 0, "flat_window_s": 0, "timeout_s": 30, "battery_margin_c": 50,
-                             "throttle_probe": {"max_slowdown": 0.05, "wait_s": 5, "max_wait_s": 10}})
+                             "throttle_probe": {"max_slowdown": 0.05, "wait_s": 5, "max_wait_s": 10,
+                                                "after": False}})
     manifest = core.new_manifest(fleet, plan, __file__, __file__)  # type: ignore[arg-type]
     journal = MemoryJournal()
     asyncio.run(run_sessions(manifest, journal, lambda d: open_device(fleet, d),

@@ -74,11 +74,30 @@ class ThrottleProbePolicy(Strict):
     """A short fixed reference workload before each trial, against the session's own baseline (its fastest
     probe so far): throttling the OS does not report (DVFS, a thermal state that still says nominal) shows as
     a slow probe. Slow: wait `wait_s` and probe again, up to `max_wait_s`; then the trial runs, is recorded as
-    run throttled, and is excluded from verdicts, the audit and rank (as AndroidX's ThrottleDetector)."""
+    run throttled, and is excluded from verdicts, the audit and rank (as AndroidX's ThrottleDetector).
+
+    A probe before a trial cannot see the heat the trial's own launch adds. With `after`, the probe runs
+    again right after each trial: slow there means the trial ran (at least partly) throttled. Such a trial is
+    retried (within `retry.max_attempts`) after a rest: at least `rest_s`, then until the device's
+    temperature is within `rest_margin_c` of its idle baseline (up to `max_rest_s`). A trial that still ends
+    throttled although it started from that rest throttles itself: a real, sustained property of its arm,
+    counted in verdicts and marked (`throttled_from_rest`). One that ends throttled without a rest behind it
+    (no retry left) is excluded."""
 
     max_slowdown: float = Field(default=0.05, gt=0, lt=1, description="Slower than the baseline by more: throttled")
     wait_s: Wait = Field(default=30.0, description="Rest between a slow probe and the next")
     max_wait_s: Wait = Field(default=600.0, description="Then the trial runs and is excluded")
+    after: bool = Field(default=True, description="Probe again right after each trial: did it run throttled?")
+    rest_s: Wait = Field(default=60.0, description="After a trial that ran throttled: rest at least this long")
+    rest_margin_c: float = Field(
+        default=0.3, gt=0, le=100, description="... and until the temperature is this close to the idle baseline")
+    max_rest_s: Wait = Field(default=900.0, description="... but no longer than this")
+
+    @model_validator(mode="after")
+    def _rest_order(self) -> ThrottleProbePolicy:
+        if self.rest_s > self.max_rest_s:
+            raise ValueError("rest_s must not exceed max_rest_s")
+        return self
 
 
 class SettlePolicy(Strict):
@@ -257,7 +276,7 @@ class InterferenceLimit(Strict):
 
     A trial over the limit is retried (up to `retry.max_attempts`, with the settle gate before each
     attempt) and, if its last attempt is still over, kept in the journal but excluded from verdicts, the
-    audit and rank. Devices that cannot read it (phones, sims, SSH hosts) are not checked.
+    audit and rank. Devices that cannot read it (phones, sims) are not checked.
     """
 
     max_other_cpu_share: float = Field(

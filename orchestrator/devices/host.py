@@ -16,6 +16,7 @@ from typing import Protocol
 from orchestrator.config.fleet import HostDeviceConfig
 from orchestrator.devices.base import Device
 from orchestrator.devices.interference import CpuSample, read_cpu
+from orchestrator.devices.remote_cpu import parse_darwin, parse_linux, sample_script
 from orchestrator.protocol import TrialResult, TrialSpec, for_harness
 from orchestrator.protocol.device import (
     ArtifactFile,
@@ -77,6 +78,7 @@ class HostDevice(Device):
         self.source = Path(cfg.source).expanduser() if cfg.source else (source or REPO_HARNESS)
         self._harness: str | None = None
         self._system: str | None = None
+        self._cpus: int | None = None
 
     # -- helpers -----------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -216,19 +218,40 @@ class HostDevice(Device):
             return None
 
     async def cpu_sample(self) -> CpuSample | None:
-        """This machine's CPU counters (a host over SSH: not read, None)."""
-        if not isinstance(self.runner, LocalRunner):
+        """The host's CPU counters: this machine's read in process; a remote host's by one short command
+        (None where its system has no way to read them, or the runner does not measure its own commands)."""
+        if isinstance(self.runner, LocalRunner):
+            return await asyncio.to_thread(read_cpu)
+        if self.runner.commands_cpu_s is None:
             return None
-        return await asyncio.to_thread(read_cpu)
+        with self._reachable():
+            system = await self._uname()
+            script = sample_script(system)
+            if script is None:
+                return None
+            if system == "Darwin" and self._cpus is None:
+                self._cpus = int((await self._run(["sysctl", "-n", "hw.ncpu"], timeout=30)).stdout.strip() or 1)
+            res = await self._run(["sh", "-c", script], timeout=30)
+        if not res.ok:
+            return None
+        mine = self.runner.commands_cpu_s or 0.0
+        try:
+            return parse_darwin(res.stdout, mine, self._cpus or 1) if system == "Darwin" else \
+                parse_linux(res.stdout, mine)
+        except ValueError:
+            return None
 
     async def telemetry(self) -> Telemetry:
         with self._reachable():
             return await self._telemetry()
 
-    async def _telemetry(self) -> Telemetry:
+    async def _uname(self) -> str:
         if self._system is None:
             self._system = (await self._run(["uname", "-s"], timeout=30)).stdout.strip()
-        if self._system == "Darwin":
+        return self._system
+
+    async def _telemetry(self) -> Telemetry:
+        if await self._uname() == "Darwin":
             return await self._darwin()
         return await self._linux()
 

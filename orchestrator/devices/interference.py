@@ -52,7 +52,7 @@ def between(before: CpuSample, after: CpuSample) -> Interference:
     deltas.sort(reverse=True)
     named = sum(d[0] for d in deltas)
     top = [f"{name} (pid {pid}): {used:.2f} s" for used, name, pid in deltas[:TOP]]
-    if other - named > 0.05 and after.source == "/proc":
+    if other - named > 0.05 and after.source.startswith("/proc"):
         top.append(f"not attributed to a visible process: {other - named:.2f} s")
     return Interference(wall_s=round(wall, 4), cpus=cpus, other_cpu_s=round(other, 4),
                         share=round(min(1.0, other / (wall * cpus)), 4), top=top, source=after.source)
@@ -80,11 +80,11 @@ def _linux() -> CpuSample:
     cpus = sum(1 for line in lines[1:] if line.startswith("cpu"))
     procs = _procs()
     me = os.getpid()
-    tree = _tree(me, {pid: ppid for pid, (ppid, *_rest) in procs.items()})
+    tree_ = tree(me, {pid: ppid for pid, (ppid, *_rest) in procs.items()})
     mine = os.times()
     own = mine.user + mine.system + mine.children_user + mine.children_system
-    own += sum(procs[p][3] for p in tree if p != me and p in procs)
-    others = {(pid, start): (name, cpu) for pid, (_ppid, start, name, cpu) in procs.items() if pid not in tree}
+    own += sum(procs[p][3] for p in tree_ if p != me and p in procs)
+    others = {(pid, start): (name, cpu) for pid, (_ppid, start, name, cpu) in procs.items() if pid not in tree_}
     return CpuSample(t=t, busy_s=busy, own_s=own, cpus=max(1, cpus), others=others, source="/proc")
 
 
@@ -103,7 +103,8 @@ def _procs() -> dict[int, tuple[int, int, str, float]]:
     return found
 
 
-def _tree(root: int, parents: dict[int, int]) -> set[int]:
+def tree(root: int, parents: dict[int, int]) -> set[int]:
+    """`root` and every process below it."""
     children: dict[int, list[int]] = {}
     for pid, ppid in parents.items():
         children.setdefault(ppid, []).append(pid)
@@ -126,19 +127,25 @@ def _darwin() -> CpuSample | None:
     except (OSError, subprocess.SubprocessError):
         return None
     t = time.monotonic()
+    rows = ps_rows(out)
+    me = os.getpid()
+    tree_ = tree(me, {pid: ppid for pid, (ppid, _n, _c) in rows.items()})
+    mine = os.times()
+    own = mine.user + mine.system + mine.children_user + mine.children_system
+    own += sum(rows[p][2] for p in tree_ if p != me and p in rows)
+    others = {(pid, 0): (name, cpu) for pid, (_pp, name, cpu) in rows.items() if pid not in tree_}
+    busy = own + sum(cpu for _n, cpu in others.values())
+    return CpuSample(t=t, busy_s=busy, own_s=own, cpus=os.cpu_count() or 1, others=others, source="ps")
+
+
+def ps_rows(text: str) -> dict[int, tuple[int, str, float]]:
+    """pid -> (ppid, name, cpu s) from `ps -A -o pid=,ppid=,time=,comm=` output (unreadable lines skipped)."""
     rows: dict[int, tuple[int, str, float]] = {}
-    for line in out.splitlines():
+    for line in text.splitlines():
         parts = line.split(None, 3)
         with contextlib.suppress(ValueError, IndexError):
             rows[int(parts[0])] = (int(parts[1]), parts[3] if len(parts) > 3 else "?", _ps_time(parts[2]))
-    me = os.getpid()
-    tree = _tree(me, {pid: ppid for pid, (ppid, _n, _c) in rows.items()})
-    mine = os.times()
-    own = mine.user + mine.system + mine.children_user + mine.children_system
-    own += sum(rows[p][2] for p in tree if p != me and p in rows)
-    others = {(pid, 0): (name, cpu) for pid, (_pp, name, cpu) in rows.items() if pid not in tree}
-    busy = own + sum(cpu for _n, cpu in others.values())
-    return CpuSample(t=t, busy_s=busy, own_s=own, cpus=os.cpu_count() or 1, others=others, source="ps")
+    return rows
 
 
 def _ps_time(text: str) -> float:

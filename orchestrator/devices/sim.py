@@ -63,10 +63,24 @@ class Thermals:
             return "serious"
         return "fair" if t >= self.m.fair_c else "nominal"
 
-    def throttle(self) -> float:
-        hidden = 1.0 - self.m.hidden_throttle if self.m.hidden_throttle_c is not None and \
-            self.soc >= self.m.hidden_throttle_c else 1.0
-        return max(0.3, hidden * (1.0 - self.m.throttle_per_c * max(0.0, self.soc - self.m.serious_c)))
+    def throttle(self, hidden: bool = True) -> float:
+        """The clocks' share of full speed now; `hidden=False`: leaving out the throttle the OS does not show."""
+        slow = 1.0 - self.m.hidden_throttle if hidden and self.hot() else 1.0
+        return max(0.3, slow * (1.0 - self.m.throttle_per_c * max(0.0, self.soc - self.m.serious_c)))
+
+    def hot(self) -> bool:
+        return self.m.hidden_throttle_c is not None and self.soc >= self.m.hidden_throttle_c
+
+    def seconds_to_hot(self, heat_c_per_s: float) -> float:
+        """Under a steady load from now: seconds until the hidden throttle starts (0 if it has; inf if never)."""
+        if self.m.hidden_throttle_c is None:
+            return math.inf
+        if self.hot():
+            return 0.0
+        c = self.idle + heat_c_per_s * self.m.cool_tau_s  # where the load would settle
+        if c <= self.m.hidden_throttle_c:
+            return math.inf
+        return -self.m.cool_tau_s * math.log((c - self.m.hidden_throttle_c) / (c - self.soc))
 
 
 class SimDevice(Device):
@@ -180,20 +194,20 @@ class SimDevice(Device):
         factor = math.exp(noise.sigma * self._ar) * max(0.1, 1 + noise.drift_per_hour * hours)
         if rng.random() < noise.outlier_rate:
             factor *= 1 - noise.outlier_slowdown
-        factor *= self.thermals.throttle()
-        if self.cfg.thermal.hidden_throttle_c is not None:
-            # decode starts after the model load: the launch's own heat counts toward the clocks it runs at
-            launch_rise = self.cfg.thermal.heat_c_per_s * 0.5 * truth.load * truth.launch_s
-            hot = self.thermals.soc + launch_rise >= self.cfg.thermal.hidden_throttle_c
-            cool = self.thermals.soc >= self.cfg.thermal.hidden_throttle_c
-            if hot and not cool:
-                factor *= 1.0 - self.cfg.thermal.hidden_throttle
+        factor *= self.thermals.throttle(hidden=False)
         decode = truth.decode_rate(self.cfg.bandwidth_gb_s) * truth.multiplier(spec.build, spec.tuning) * factor
         prefill = truth.prefill_rate(spec.chunk_width) * factor
+        # the hidden throttle follows the SoC while the launch runs: decode starts after the model load has
+        # heated the phone, and the clocks drop the moment the SoC crosses the threshold, mid-generation if so
+        # (the harness's per-token stamps then show the step)
+        ahead = Thermals(self.cfg)
+        ahead.soc, ahead.battery = self.thermals.soc, self.thermals.battery
+        ahead.evolve(truth.launch_s, self.cfg.thermal.heat_c_per_s * 0.5 * truth.load)
+        hot_in = ahead.seconds_to_hot(self.cfg.thermal.heat_c_per_s * truth.load)
         gens, elapsed = [], 0.0
         for rep in range(1 + spec.warm_repetitions):
             speed = 1.0 if rep == 0 else WARM_SPEEDUP
-            gen = self._generation(spec, prefill * speed, decode * speed)
+            gen = self._generation(spec, prefill * speed, decode * speed, hot_in - elapsed)
             gens.append(gen)
             elapsed += (gen["token_times_ns"][-1]) * 1e-9
         total = truth.launch_s + elapsed
@@ -221,13 +235,21 @@ class SimDevice(Device):
         }
         return result_or_failure(json.dumps(raw), spec)
 
-    def _generation(self, spec: TrialSpec, prefill_tok_s: float, decode_tok_s: float) -> dict[str, Any]:
+    def _generation(self, spec: TrialSpec, prefill_tok_s: float, decode_tok_s: float,
+                    hot_in_s: float = math.inf) -> dict[str, Any]:
+        """One generation; from `hot_in_s` seconds after its submit the hidden throttle stretches time."""
         rng, n = self.rng, spec.decode_tokens
         prefill_ns = int(spec.prompt_tokens / prefill_tok_s * 1e9)
         gaps = np.clip(1.0 + self.cfg.noise.token_jitter * rng.standard_normal(n - 1), 0.2, None)
         gaps *= (1e9 / decode_tok_s) / gaps.mean()
         first = prefill_ns + int(1e9 / decode_tok_s)  # the first token comes off the prefill's logits
-        times = first + np.concatenate(([0.0], np.cumsum(gaps))).astype(np.int64)
+        times = first + np.concatenate(([0.0], np.cumsum(gaps)))
+        if hot_in_s < math.inf:
+            at, slow = max(0.0, hot_in_s) * 1e9, 1.0 / (1.0 - self.cfg.thermal.hidden_throttle)
+            times = np.where(times > at, at + (times - at) * slow, times)
+            prefill_ns = int(min(prefill_ns, at) + max(0.0, prefill_ns - at) * slow)
+            first = int(times[0])
+        times = times.astype(np.int64)
         ids = _token_ids(spec.model, spec.seed, n)
         return {"prefill_ns": prefill_ns, "ttft_ns": first, "token_ids": ids, "token_times_ns": times.tolist()}
 

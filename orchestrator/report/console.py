@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter
 from collections.abc import Hashable, Mapping
 from typing import Any
@@ -46,6 +47,8 @@ class LiveProgress:
         }
         self.failures: Counter[str] = Counter()
         self.excluded: Counter[str] = Counter()
+        self.console = console
+        self.said: dict[str, str] = {}  # device -> the kind of wait last said in plain lines (no terminal)
 
     def __enter__(self) -> LiveProgress:
         self.progress.start()
@@ -55,6 +58,8 @@ class LiveProgress:
         self.progress.stop()
 
     def observe(self, device: str, record: BaseModel) -> None:
+        if not self.console.is_terminal:
+            self._plain(device, record)
         task = self.tasks[device]
         if isinstance(record, TrialRecord):
             if record.failure:
@@ -82,6 +87,29 @@ class LiveProgress:
             pct = 100 * record.sent // max(1, record.total)
             done = "pushed" if record.sent >= record.total else f"pushing {pct}% of"
             self.progress.update(task, status=f"{done} {record.name.rsplit('/', 1)[-1]} ({record.total / 1e6:.0f} MB)")
+
+
+    def _plain(self, device: str, record: BaseModel) -> None:
+        """Without a terminal (a log, CI) there is no live bar: what a person must know, one line each: a
+        wait out of the ordinary (once per kind and attempt), a retried attempt, an excluded trial, a stop."""
+        line = None
+        if isinstance(record, SettleWaiting):
+            kind = re.sub(r"[\d.]+", "#", record.why.split(":")[0])  # the same wait, whatever its figures
+            if kind != self.said.get(device) and not kind.startswith(ROUTINE_WAITS):
+                self.said[device] = kind
+                line = record.why if record.why.startswith("waiting") else f"waiting: {record.why}"
+        elif isinstance(record, AttemptSpoiled):
+            self.said.pop(device, None)  # the next attempt's waits are news again
+            line = f"retrying {record.trial_id} (attempt {record.attempt}): {record.why}"
+        elif isinstance(record, TrialRecord):
+            self.said.pop(device, None)
+            if record.excluded:
+                line = f"{record.trial_id} ({record.arm}) kept but excluded: {record.excluded}"
+        if line is not None:
+            self.console.print(f"{device}: {line}", markup=False, highlight=False, soft_wrap=True)
+
+
+ROUTINE_WAITS = ("min gap", "flat window", "temperature")  # every trial's: said by the live bar only
 
 
 def _fmt(x: Any, spec: str) -> str:

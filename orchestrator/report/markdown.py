@@ -22,6 +22,7 @@ from orchestrator.report import plots
 from orchestrator.report.console import ratio_ci
 from orchestrator.results.records import Manifest, TrialRecord
 from orchestrator.results.store import RunDir
+from orchestrator.results.trials import self_throttled_words
 from orchestrator.runtimes import catalog
 
 
@@ -208,7 +209,8 @@ REF_GATE_COLS = {"device": ("device", ""), "arm": ("arm", ""), "runtime": ("runt
                  "decode": ("decode gate", ""), "first_divergence": ("first fork", ".0f")}
 EXCLUDED_COLS = {"device": ("device", ""), "trial_id": ("trial", ""), "arm": ("arm", ""),
                  "decode_tok_s": ("tok/s", ".1f"), "other_cpu_share": ("others' CPU", ".0%"),
-                 "throttle_slowdown": ("probe slowdown", ".1%"), "excluded": ("why", "")}
+                 "throttle_slowdown": ("probe slowdown", ".1%"),
+                 "throttle_after_slowdown": ("probe after", ".1%"), "excluded": ("why", "")}
 FAIL_COLS = {"device": ("device", ""), "trial_id": ("trial", ""), "arm": ("arm", ""), "attempts": ("attempts", "d"),
              "failure_kind": ("kind", ""), "failure_message": ("message", "")}
 
@@ -246,6 +248,8 @@ def to_markdown(report: Report, image: Callable[[str], str]) -> str:
     if not report.excluded.empty:
         parts += ["## Excluded from verdicts, audit and rank (kept as data)", "",
                   md_table(report.excluded, EXCLUDED_COLS), ""]
+    if (words := self_throttled_words(report.trials)) is not None:
+        parts += [md_text(words), ""]
     for name, head in (("distributions", "tok/s per device and arm"),
                        ("trial_order", "tok/s in trial order, thermal state and settle waits")):
         if name in report.figures:

@@ -22,6 +22,7 @@ DPI = 110
 # Trials kept out of the verdicts, by the reason's first word (records.TrialRecord.excluded)
 EXCLUDED_STYLE: dict[str, dict[str, str]] = {"interference": {"marker": "D", "edgecolors": "#ff7f0e"},
                                              "throttled": {"marker": "s", "edgecolors": "#9467bd"}}
+FROM_REST_STYLE = {"marker": "v", "color": "#9467bd"}  # ran throttled from rest: counted, marked
 
 
 def _png(fig: Figure) -> bytes:
@@ -80,6 +81,9 @@ def trial_order(trials: pd.DataFrame, arms: list[str]) -> bytes:
             for kind, style in EXCLUDED_STYLE.items():
                 hit = ok[ok["excluded"].fillna("").astype(str).str.startswith(kind)]
                 ax.scatter(hit["seq"], hit["decode_tok_s"], s=90, zorder=5, facecolors="none", lw=1.4, **style)
+        if "throttled_from_rest" in ok.columns:  # counted: its arm throttles the device itself
+            hit = ok[ok["throttled_from_rest"].fillna(False).astype(bool)]
+            ax.scatter(hit["seq"], hit["decode_tok_s"], s=90, zorder=5, lw=1.4, **FROM_REST_STYLE)
         failed = mine[mine["status"] != "ok"]
         if len(failed):
             lo = ok["decode_tok_s"].min() if len(ok) else 0
@@ -100,6 +104,8 @@ def trial_order(trials: pd.DataFrame, arms: list[str]) -> bytes:
     handles += [Line2D([], [], ls="", marker=st["marker"], ms=9, mfc="none", mec=st["edgecolors"],
                        label=f"excluded: {label}") for label, st in (("other processes took the CPU",
                        EXCLUDED_STYLE["interference"]), ("throttle probe slow", EXCLUDED_STYLE["throttled"]))]
+    handles.append(Line2D([], [], ls="", marker="v", ms=8, color=FROM_REST_STYLE["color"],
+                          label="counted: ran throttled from rest (its own heat)"))
     fig.legend(handles=handles, loc="upper center", ncol=min(len(handles), 6), fontsize=8, frameon=False,
                bbox_to_anchor=(0.5, 1.0 + 0.25 / max(len(devices), 1)))
     axes[-1][0].set_xlabel("trial (seq) in the session")

@@ -9,7 +9,9 @@ Schema history:
   (an attempt whose number could not be trusted, retried); a `prepared` record's `info` (the device's
   model, chip, OS and harness version as it said at the session's (re)start: `chip_class` is then left
   empty, read from `info`; a resume on a device that says otherwise is refused unless accepted); a
-  `settle`'s `unavailable` (its last poll could not reach the device).
+  `settle`'s `unavailable` (its last poll could not reach the device); a `trial` record's
+  `throttle_after` (the throttle probe right after it), `rest` (the rest before its attempt, when the one
+  before ran throttled) and `throttled_from_rest`, and an `attempt_spoiled` record's `throttle_after` and `rest`.
 """
 
 from __future__ import annotations
@@ -65,8 +67,8 @@ class Manifest(_Rec):
 
 
 class ThrottleCheck(_Rec):
-    """The settle gate's throttle probe before a trial: a short fixed workload against the session's own
-    baseline (the fastest of its first probes). Slow means throttled, whatever the thermal state says."""
+    """The throttle probe before (or right after) a trial: a short fixed workload against the session's own
+    baseline (the fastest probe so far). Slow means throttled, whatever the thermal state says."""
 
     rate: float = Field(gt=0, description="The probe's throughput, in the probe's own units (higher is faster)")
     baseline: float = Field(gt=0, description="The session's baseline for this probe")
@@ -74,6 +76,16 @@ class ThrottleCheck(_Rec):
     slow: bool = Field(description="Over the plan's max_slowdown at the last probe (the gate gave up waiting)")
     probes: int = Field(ge=1, description="Probes run before this trial (a slow probe is waited out and rerun)")
     waited_s: float = Field(ge=0, description="Time spent waiting for a slow probe to recover")
+
+
+class Rest(_Rec):
+    """The rest before an attempt whose predecessor ran throttled (its after-probe was slow)."""
+
+    waited_s: float = Field(ge=0)
+    temperature_c: float | None = Field(description="The device's temperature when the rest ended (None: unknown)")
+    baseline_c: float | None = Field(description="Its idle baseline then")
+    reached: bool | None = Field(description="Within the plan's rest_margin_c of the baseline (None: no reading; "
+                                 "the rest was rest_s)")
 
 
 class Settle(_Rec):
@@ -162,7 +174,8 @@ class AttemptFailed(_Rec):
 
 
 class AttemptSpoiled(_Rec):
-    """An attempt that ran, but whose number cannot be trusted (other work took the CPU); retried."""
+    """An attempt that ran, but whose number cannot be trusted (other work took the CPU, or it ran throttled
+    by heat the device carried in); retried."""
 
     type: Literal["attempt_spoiled"] = "attempt_spoiled"
     device: str
@@ -170,6 +183,8 @@ class AttemptSpoiled(_Rec):
     attempt: int
     why: str
     interference: Interference | None = None
+    throttle_after: ThrottleCheck | None = Field(default=None, description="The throttle probe right after it")
+    rest: Rest | None = Field(default=None, description="The rest before this attempt (the one before ran throttled)")
     decode_tok_s: float | None = None
     wall: float
     settle_waited_s: float = Field(default=0.0, ge=0, description="The settle wait before this attempt")
@@ -196,6 +211,10 @@ class TrialRecord(_Rec):
     failure: TrialFailure | None = None
     interference: Interference | None = Field(default=None, description="Other processes' CPU during the trial")
     excluded: str | None = Field(default=None, description="Why its number is kept out of verdicts, audit and rank")
+    throttle_after: ThrottleCheck | None = Field(default=None, description="The throttle probe right after it")
+    rest: Rest | None = Field(default=None, description="The rest before this attempt (the one before ran throttled)")
+    throttled_from_rest: bool = Field(
+        default=False, description="Ran throttled although it started from a rest: its arm throttles itself (kept)")
 
 
 class LookPair(_Rec):

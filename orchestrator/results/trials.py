@@ -4,6 +4,7 @@ failed), and what a conclusion may be drawn from (finished, not excluded)."""
 from __future__ import annotations
 
 import statistics
+from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,9 @@ def trial_rows(manifest: Manifest, records: list[Record]) -> pd.DataFrame:
     retried: dict[tuple[str, str], float] = {}  # failed attempts before the final one: settle + launch
     for r in records:
         if isinstance(r, AttemptFailed | AttemptSpoiled):
-            retried[r.device, r.trial_id] = retried.get((r.device, r.trial_id), 0.0) + r.settle_waited_s + r.duration_s
+            rested = r.rest.waited_s if isinstance(r, AttemptSpoiled) and r.rest else 0.0
+            retried[r.device, r.trial_id] = retried.get((r.device, r.trial_id), 0.0) + r.settle_waited_s + \
+                r.duration_s + rested
     rows: list[dict[str, Any]] = []
     for rec in records:
         if not isinstance(rec, TrialRecord):
@@ -66,12 +69,14 @@ def trial_rows(manifest: Manifest, records: list[Record]) -> pd.DataFrame:
             "settle_waited_s": rec.settle.waited_s,
             "other_cpu_share": rec.interference.share if rec.interference else None,
             "throttle_slowdown": rec.settle.throttle.slowdown if rec.settle.throttle else None,
+            "throttle_after_slowdown": rec.throttle_after.slowdown if rec.throttle_after else None,
+            "throttled_from_rest": rec.throttled_from_rest,
             "excluded": rec.excluded,
             "probe_gb_s": probes.get(rec.device),
             "t_start_s": rec.t_start, "duration_s": rec.duration_s,
             "measured_s": (timed := min(measured_s(res), rec.duration_s) if res else 0.0),
             "launch_s": rec.duration_s - timed,
-            "retry_s": retried.get((rec.device, rec.trial_id), 0.0),
+            "retry_s": retried.get((rec.device, rec.trial_id), 0.0) + (rec.rest.waited_s if rec.rest else 0.0),
             "wall_start": datetime.fromtimestamp(rec.wall, UTC),
         })
     frame = pd.DataFrame(rows, columns=_COLUMNS)
@@ -83,7 +88,8 @@ _COLUMNS = [
     "failure_kind", "failure_message", "decode_tok_s", "prefill_tok_s", "ttft_s", "warm_decode_tok_s",
     "bytes_per_decode_token", "bytes_per_prefill_token", "effective_gb_s", "chunk_width", "engine_version",
     "harness_build", "thermal_before", "thermal_after", "state_rose", "battery_before_c", "battery_after_c",
-    "settle_waited_s", "other_cpu_share", "throttle_slowdown", "excluded", "probe_gb_s", "t_start_s", "duration_s",
+    "settle_waited_s", "other_cpu_share", "throttle_slowdown", "throttle_after_slowdown", "throttled_from_rest",
+    "excluded", "probe_gb_s", "t_start_s", "duration_s",
     "measured_s", "launch_s", "retry_s", "wall_start",
 ]
 
@@ -125,10 +131,23 @@ def excluded_words(trials: pd.DataFrame) -> str | None:
     per = "; ".join(f"{d}: " + ", ".join(f"{n} {k}" for k, n in sorted(c.items())) for d, c in sorted(counts.items()))
     kinds = {k for c in counts.values() for k in c}
     why = [text for kind, text in (("interference", "other processes took more of the CPU than the plan allows"),
-                                   ("throttled", "the throttle probe stayed slow (throttled, whatever the OS said)"))
+                                   ("throttled", "the throttle probe stayed slow before it, or was slow right after it "
+                                    "with no retry left (throttled, whatever the OS said)"))
            if kind in kinds]
     return (f"{total} finished trial{'s' if total != 1 else ''} excluded from verdicts, the audit and rank ({per}): "
             + "; ".join(why or ["see the trials' `excluded` column"]))
+
+
+def self_throttled_words(trials: pd.DataFrame) -> str | None:
+    """One line naming the trials that ran throttled although they started from a rest (counted), or None."""
+    if "throttled_from_rest" not in trials.columns:
+        return None
+    hit = trials[(trials["status"] == "ok") & trials["throttled_from_rest"].fillna(False).astype(bool)]
+    if hit.empty:
+        return None
+    per = ", ".join(f"{d} {a}: {n}" for (d, a), n in sorted(Counter(zip(hit["device"], hit["arm"], strict=True)).items()))
+    return (f"{len(hit)} trial{'s' if len(hit) != 1 else ''} ran throttled although started from a rest ({per}): "
+            "counted, as their arm throttles the device itself (a real, sustained difference, not carried-over heat)")
 
 
 def finished_by_device(records: list[Record]) -> dict[str, int]:

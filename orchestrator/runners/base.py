@@ -78,6 +78,9 @@ class Runner(abc.ABC):
     name: str
     python: str = "python3"  # the host's interpreter, for runtime environments
     cache: str = "~/.cache/orch"  # the host's cache folder (runtimes, converted models)
+    # CPU seconds the host reported for the commands this runner ran and waited for (None: not measured);
+    # what the interference check counts as ours on a remote host
+    commands_cpu_s: float | None = None
 
     @abc.abstractmethod
     async def run(

@@ -10,6 +10,7 @@ import asyncio
 import base64
 import hashlib
 import os
+import re
 import select
 import shlex
 import time
@@ -31,6 +32,21 @@ from orchestrator.runners.base import (
 )
 
 PID_TAG = "ORCH_PID "
+TIMES_TAG = "ORCH_TIMES"  # on stderr, before the shell's `times` (CPU time of the command's process tree)
+_TIMES = re.compile(r"(\d+)m([\d.]+)s")
+
+
+def split_times(stderr: str) -> tuple[str, float | None]:
+    """The command's stderr without the `times` report the wrapper appended, and the CPU seconds its children
+    used (user + system, the second line), or None when there is no report (killed, or a shell without one)."""
+    head, tag, tail = stderr.rpartition(TIMES_TAG + "\n")
+    if not tag:
+        return stderr, None
+    lines = tail.splitlines()
+    found = _TIMES.findall(lines[1]) if len(lines) > 1 else []
+    if len(found) != 2:
+        return head, None
+    return head, sum(int(m) * 60 + float(s) for m, s in found)
 
 
 def fingerprint(key: paramiko.PKey) -> str:
@@ -72,6 +88,7 @@ class SshRunner(Runner):
         self._home: str | None = None
         self._sftp_client: paramiko.SFTPClient | None = None
         self._lock = asyncio.Lock()
+        self.commands_cpu_s: float | None = 0.0
 
     # -- connection --------------------------------------------------------------------------
     def _where(self) -> str:
@@ -165,7 +182,10 @@ class SshRunner(Runner):
         client = await self._ensure()
         # Not `exec`: the shell waits and exits 128+N when the command dies of signal N (paramiko does not
         # report exit-signal), and on timeout it and its children are killed by PID.
-        script = f'echo "{PID_TAG}$$"; ' + (f"cd {shlex.quote(cwd)} || exit 126; " if cwd else "") + '"$@"; exit $?'
+        # After it, the shell's `times` on stderr: the CPU time of the command's process tree, so a host's
+        # interference check can tell our work from others'.
+        script = f'echo "{PID_TAG}$$"; ' + (f"cd {shlex.quote(cwd)} || exit 126; " if cwd else "") + \
+            f'"$@"; rc=$?; echo {TIMES_TAG} >&2; times >&2; exit $rc'
         command = " ".join(["sh", "-c", shlex.quote(script), "orch", *(shlex.quote(a) for a in argv)])
         loop = asyncio.get_running_loop()
 
@@ -218,7 +238,10 @@ class SshRunner(Runner):
         if pending:
             out.append(pending.decode("utf-8", "replace"))
             emit(pending.decode("utf-8", "replace"))
-        return CommandResult(status, "".join(out), b"".join(err).decode("utf-8", "replace"))
+        stderr, cpu = split_times(b"".join(err).decode("utf-8", "replace"))
+        if cpu is not None:
+            self.commands_cpu_s = (self.commands_cpu_s or 0.0) + cpu
+        return CommandResult(status, "".join(out), stderr)
 
     def _kill_sync(self, transport: paramiko.Transport, pid: int | None) -> None:
         """Kill the command's whole process tree on the host; closing the channel alone would not.

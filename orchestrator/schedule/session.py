@@ -24,6 +24,7 @@ from orchestrator.results.records import (
     LookRecord,
     PreparedRecord,
     PushProgress,
+    Rest,
     ScheduledTrial,
     SessionPlan,
     SessionStopped,
@@ -73,6 +74,7 @@ class Session:
     tuning: dict[str, str] = field(default_factory=dict)  # arm -> its tuning table as the device names it
     pool: ClassPool | None = None  # the class this device answers with (pool_by), when pooled
     accept_change: bool = False  # resume on a device that now says it is another model, chip, OS or harness
+    _held: str = ""  # what the settle gate still waited for when it gave up
 
     async def run(self) -> StopReason:
         try:
@@ -133,7 +135,7 @@ class Session:
                     return "decided", self.pool.decided
             outcome = await self._trial(trial, gate)
             if isinstance(outcome, str):
-                return outcome, f"before {trial.trial_id}"
+                return outcome, f"before {trial.trial_id}" + (f" ({self._held})" if self._held else "")
             failures_in_row = failures_in_row + 1 if outcome.failure else 0
             if failures_in_row >= self.plan.retry.max_consecutive_failures:
                 last = outcome.failure
@@ -157,11 +159,13 @@ class Session:
     async def _trial(self, trial: ScheduledTrial, gate: SettleGate) -> TrialRecord | StopReason:
         attempt = self.state.attempts.get(trial.trial_id, 0)
         spec = self._spec(trial)
+        rest: Rest | None = None  # the rest before this attempt, when the one before ran throttled
         while True:
             attempt += 1
-            settle = await gate.wait(self.device)
+            settle = await gate.wait(self.device, rested=rest is not None)
             if not settle.settled:
                 self.observe(self.schedule.device, settle)
+                self._held = f"the settle gate still held after {settle.waited_s:.0f} s: {'; '.join(settle.blocking)}"
                 return "device_unavailable" if settle.unavailable else "settle_timeout"
             cpu_before = await self._cpu()
             t0, wall = self.clock.now(), self.clock.wall()
@@ -170,22 +174,28 @@ class Session:
             except Exception as exc:  # the contract says never; a broken backend still becomes data
                 outcome = TrialFailure(kind="launch_failed", message=f"backend raised {type(exc).__name__}: {exc}")
             cpu_after = await self._cpu()
-            gate.trial_ended()
             duration = self.clock.now() - t0
+            hot = await gate.after_trial(self.device) if isinstance(outcome, TrialResult) else None
+            gate.trial_ended()
             self.state.used_s += settle.waited_s + duration
             interference = between(cpu_before, cpu_after) if cpu_before and cpu_after else None
-            excluded = None if isinstance(outcome, TrialFailure) else self._excluded(interference, settle.throttle)
+            rested = rest is not None and rest.reached is not False
+            excluded = None if isinstance(outcome, TrialFailure) else self._excluded(interference, settle.throttle,
+                                                                                     hot, rested)
             retry = self.plan.retry
             limit = self.plan.interference
             spoiled = excluded is not None and excluded.startswith("interference")  # a throttled one was waited on
-            if spoiled and limit is not None and limit.retry and attempt < retry.max_attempts:
+            ran_hot = excluded is not None and excluded.startswith("throttled during")
+            if ((spoiled and limit is not None and limit.retry) or ran_hot) and attempt < retry.max_attempts:
                 assert excluded is not None
                 rate = outcome.decode_tok_s() if isinstance(outcome, TrialResult) else None
                 self._emit(AttemptSpoiled(
                     device=self.schedule.device, trial_id=trial.trial_id, attempt=attempt, why=excluded,
-                    interference=interference, decode_tok_s=rate, wall=self.clock.wall(),
-                    settle_waited_s=settle.waited_s, duration_s=round(duration, 6),
+                    interference=interference, throttle_after=hot, rest=rest, decode_tok_s=rate,
+                    wall=self.clock.wall(), settle_waited_s=settle.waited_s, duration_s=round(duration, 6),
                 ))
+                rest = await gate.rest(self.device) if ran_hot else None
+                self.state.used_s += rest.waited_s if rest else 0.0
                 continue  # the settle gate again, then a fresh launch
             if (
                 isinstance(outcome, TrialFailure)
@@ -198,6 +208,7 @@ class Session:
                     duration_s=round(duration, 6),
                 ))
                 await self.clock.sleep(retry.backoff_s)
+                rest = None  # the next attempt starts after a backoff, not from a rest
                 continue
             try:
                 after = await self.device.telemetry()
@@ -211,7 +222,8 @@ class Session:
                 settle=settle, after=after, state_rose=after_rank > before_rank >= 0,
                 result=None if isinstance(outcome, TrialFailure) else outcome,
                 failure=outcome if isinstance(outcome, TrialFailure) else None,
-                interference=interference, excluded=excluded,
+                interference=interference, excluded=excluded, throttle_after=hot, rest=rest,
+                throttled_from_rest=hot is not None and hot.slow and rested and excluded is None,
             )
             self._emit(record)
             return record
@@ -225,16 +237,22 @@ class Session:
         except Exception:  # no reading: the trial is not checked, never lost
             return None
 
-    def _excluded(self, interference: Interference | None, throttle: ThrottleCheck | None) -> str | None:
-        """Why a finished trial's number cannot be trusted, or None."""
-        if throttle is not None and throttle.slow:
-            return (f"throttled: the throttle probe ran {throttle.slowdown:.0%} slower than the session's baseline "
-                    f"after {throttle.waited_s:.0f} s of waiting")
+    def _excluded(self, interference: Interference | None, throttle: ThrottleCheck | None,
+                  hot: ThrottleCheck | None = None, rested: bool = False) -> str | None:
+        """Why a finished trial's number cannot be trusted, or None. One that ran throttled although it started
+        from a rest throttles itself: that is its arm's own behaviour, kept."""
+        # interference first: a probe slowed by other work is not heat, and a spoiled trial is retried
         limit = self.plan.interference
         if limit is not None and interference is not None and interference.share > limit.max_other_cpu_share:
             who = f"; {interference.top[0]}" if interference.top else ""
             return (f"interference: other processes took {interference.share:.0%} of the CPU during the trial "
                     f"(limit {limit.max_other_cpu_share:.0%}){who}")
+        if throttle is not None and throttle.slow:
+            return (f"throttled: the throttle probe ran {throttle.slowdown:.0%} slower than the session's baseline "
+                    f"after {throttle.waited_s:.0f} s of waiting")
+        if hot is not None and hot.slow and not rested:
+            return (f"throttled during the trial: the throttle probe right after it ran {hot.slowdown:.0%} slower "
+                    "than the session's baseline")
         return None
 
     async def _stream_probe(self) -> None:

@@ -10,7 +10,7 @@ from orchestrator.config.plan import InterferenceLimit, SettlePolicy
 from orchestrator.devices.base import Device
 from orchestrator.devices.interference import between
 from orchestrator.protocol.device import DeviceUnavailable, Interference, Telemetry
-from orchestrator.results.records import Settle, ThrottleCheck
+from orchestrator.results.records import Rest, Settle, ThrottleCheck
 
 QUIET_WINDOW_S = 1.0  # how long the gate watches other processes before a trial, when the plan asks it to
 
@@ -33,7 +33,10 @@ class SettleGate:
     def trial_ended(self) -> None:
         self.last_end = self.clock.now()
 
-    async def wait(self, device: Device) -> Settle:
+    async def wait(self, device: Device, rested: bool = False) -> Settle:
+        """Until the device is settled (or the policy's timeout). `rested`: the device has just rested after a
+        throttled trial; the throttle probe before the launch is skipped (the rest did its job, and the probe's
+        own second of work would start the trial warmer)."""
         start, polls = self.clock.now(), 0
         while True:
             polls += 1
@@ -54,7 +57,7 @@ class SettleGate:
             if not blocking or waited >= self.policy.timeout_s - 1e-6:
                 probing = self.clock.now()
                 quiet = await self._quiet(device) if not blocking else None
-                throttle = await self._throttle(device) if not blocking else None
+                throttle = await self._throttle(device) if not blocking and not rested else None
                 waited += self.clock.now() - probing if quiet is not None or throttle is not None else 0.0
                 return Settle(
                     settled=not blocking, waited_s=round(waited, 3), polls=polls,
@@ -92,8 +95,9 @@ class SettleGate:
                          f"(limit {limit.max_other_cpu_share:.0%}{who}), {waited:.0f}/{limit.quiet_wait_s:.0f} s")
 
     async def _throttle(self, device: Device) -> ThrottleCheck | None:
-        """The throttle probe against the session's fastest: slow means wait and probe again, until it is not
-        or `max_wait_s` has passed (then the check says slow and the trial is excluded)."""
+        """The throttle probe against the session's fastest: slow means rest (`wait_s`, then until the
+        temperature is near idle) and probe again, until it is not slow or `max_wait_s` has passed (then the
+        check says slow and the trial is excluded)."""
         policy = self.policy.throttle_probe
         if policy is None:
             return None
@@ -115,7 +119,58 @@ class SettleGate:
                                      probes=probes, waited_s=round(waited, 3))
             self.waiting(f"throttle probe {slowdown:.0%} slower than the session's baseline "
                          f"(limit {policy.max_slowdown:.0%}): resting {policy.wait_s:.0f} s")
-            await self.clock.sleep(policy.wait_s)
+            await self._cool(device, policy.wait_s, max(policy.wait_s, policy.max_wait_s - waited),
+                             "throttle probe slow")
+
+    async def after_trial(self, device: Device) -> ThrottleCheck | None:
+        """The throttle probe once, right after a trial (where the plan asks): slow means the trial ran at
+        least partly throttled, by heat the gate before it could not see (its own launch's, or carried in)."""
+        policy = self.policy.throttle_probe
+        if policy is None or not policy.after:
+            return None
+        try:
+            rate = await device.throttle_probe()
+        except Exception:  # no probe now: the trial is not checked after, never lost
+            return None
+        if rate is None or not rate > 0:
+            return None
+        self.probe_baseline = max(self.probe_baseline or rate, rate)
+        slowdown = 1.0 - rate / self.probe_baseline
+        return ThrottleCheck(rate=rate, baseline=self.probe_baseline, slowdown=round(slowdown, 5),
+                             slow=slowdown > policy.max_slowdown, probes=1, waited_s=0.0)
+
+    async def rest(self, device: Device) -> Rest:
+        """After a trial that ran throttled: rest `rest_s`, then until the temperature is within `rest_margin_c`
+        of the idle baseline, at most `max_rest_s` (a device without a temperature rests `rest_s`)."""
+        policy = self.policy.throttle_probe
+        assert policy is not None
+        self.waiting(f"the last trial ran throttled (throttle probe slow after it): resting {policy.rest_s:.0f} s")
+        return await self._cool(device, policy.rest_s, policy.max_rest_s, "the last trial ran throttled")
+
+    async def _cool(self, device: Device, least_s: float, most_s: float, why: str) -> Rest:
+        """Rest `least_s`, then until the temperature is within the probe's `rest_margin_c` of the idle
+        baseline, `most_s` at most. Probing meanwhile would not do: its own work keeps a device warm."""
+        policy = self.policy.throttle_probe
+        assert policy is not None
+        start = self.clock.now()
+        await self.clock.sleep(least_s)
+        while True:
+            try:
+                temp = (await device.telemetry()).temperature()
+            except Exception:  # no reading: the rest is least_s, as on a device without a temperature
+                temp = None
+            waited = self.clock.now() - start
+            if temp is None:
+                return Rest(waited_s=round(waited, 3), temperature_c=None, baseline_c=self.baseline, reached=None)
+            if self.policy.idle_baseline_c is None:
+                self.baseline = temp if self.baseline is None else min(self.baseline, temp)
+            assert self.baseline is not None
+            near = temp - self.baseline <= policy.rest_margin_c
+            if near or waited >= most_s - 1e-6:
+                return Rest(waited_s=round(waited, 3), temperature_c=temp, baseline_c=self.baseline, reached=near)
+            self.waiting(f"{why}: resting until {temp:.1f} C is within {policy.rest_margin_c:g} C of idle "
+                         f"{self.baseline:.1f} C, {waited:.0f}/{most_s:.0f} s")
+            await self.clock.sleep(min(self.policy.poll_s, most_s - waited))
 
     def _gap_left(self, now: float) -> float:
         left = 0.0 if self.last_end is None else self.policy.min_gap_s - (now - self.last_end)
