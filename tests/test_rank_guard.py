@@ -13,6 +13,7 @@ from conftest import fleet_of, plan_with, sim_device
 from typer.testing import CliRunner
 
 from orchestrator import core
+from orchestrator.analysis.audit import RULE
 from orchestrator.cli import app
 from orchestrator.clock import VirtualClock
 from orchestrator.derive import derive
@@ -23,6 +24,7 @@ from orchestrator.results.journal import Journal
 from orchestrator.results.store import RunDir
 from orchestrator.schedule import SessionState, run_sessions
 
+RULE_WORDS = " ".join(RULE.split())
 CLEAN, SPOILED, BYTES = 19.5, 4.0, 1.6e9  # tok/s; bytes per token: 31 GB/s clean of a 62 GB/s stream
 
 
@@ -97,3 +99,7 @@ def test_rank_gives_no_audit_reading_when_every_trial_of_the_runtime_was_spoiled
     assert row["audit_reading"] == "no audit yet" and row["audit_ratio"] is None
     assert row["current_source"] == "seed", "the seed's figure, not one from spoiled trials"
     assert "24 finished trials excluded" in printed
+    audit = CliRunner().invoke(app, ["audit", run_id, "--results", str(results)], terminal_width=400)
+    words = " ".join(audit.output.split())
+    assert audit.exit_code == 0 and "nothing to audit: no finished trial a conclusion may be drawn from" in words
+    assert "24 finished trials excluded" in words and "GB/s" not in words.replace(RULE_WORDS, ""), "no reading at all"

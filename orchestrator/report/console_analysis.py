@@ -26,6 +26,10 @@ def audit_view(run_id: str, model: str, trials: pd.DataFrame, audit: pd.DataFram
                prefill: pd.DataFrame) -> list[RenderableType]:
     """`orch audit`: decode against the ceiling per device and arm, what was excluded, the prefill view."""
     head = Text.assemble(("Audit", "bold"), f" of {run_id} ({model}): {RULE}")
+    if not len(audit):  # every finished trial was excluded: no reading, and why
+        words = excluded_words(trials)
+        return [head, Text("nothing to audit: no finished trial a conclusion may be drawn from"
+                           + (f". {words}" if words else ""))]
     view = audit.assign(
         tok=[f"{r:.1f} [{lo:.1f}, {hi:.1f}]" for r, lo, hi in
              zip(audit["decode_tok_s"], audit["decode_ci_low"], audit["decode_ci_high"], strict=True)],
