@@ -99,6 +99,25 @@ def trend(values: list[float], width: int = 120, height: int = 24) -> str:
             f'<polyline fill="none" stroke="#6c757d" stroke-width="1.5" points="{pts}"/></svg>')
 
 
+def _table(entries: list[dict[str, Any]], *, runtime: bool, trend_column: bool) -> str:
+    """The imported results, one row each: the tool, (its runtime,) model, device, test, tok/s, (a trend,) where
+    it came from."""
+    heads = ["tool", *(["runtime"] if runtime else []), "model", "device", "test", "tok/s (± sd)", "latest",
+             "imports", *(["trend"] if trend_column else []), "from"]
+    h = ['<table id="imported"><tr>' + "".join(f"<th>{x}</th>" for x in heads) + "</tr>"]
+    for r in entries:
+        sd = f" ± {r['tok_s_stddev']:.2f}" if r["tok_s_stddev"] is not None else ""
+        line = trend([t["tok_s"] for t in r["trend"] if t["tok_s"] is not None]) if trend_column else None
+        h.append(f'<tr class="imported" data-source="{_e(r["source_format"])}" data-test="{_e(r["test"])}">'
+                 f'<td>{_e(r["source_format"])}</td>' + (f'<td>{_e(r["runtime"])}</td>' if runtime else "")
+                 + f'<td>{_e(r["model"])}</td><td>{_e(r["device"])}</td><td>{_e(r["test"])}</td>'
+                 f'<td class="num">{r["tok_s"]:.2f}{sd}</td><td>{_e(r["night"])}</td>'
+                 f'<td class="num">{r["imports"]}</td>' + (f"<td>{line}</td>" if line is not None else "")
+                 + f'<td class="sub">{_e(r["source_file"])}:{_e(r["source_line"])}</td></tr>')
+    h.append("</table>")
+    return "\n".join(h)
+
+
 def section(entries: list[dict[str, Any]], failed: list[dict[str, Any]] | None = None) -> str:
     """The overview page's section (empty when nothing was imported)."""
     if not entries and not failed:
@@ -108,18 +127,7 @@ def section(entries: list[dict[str, Any]], failed: list[dict[str, Any]] | None =
          "No settle gate, no interleaving, no fresh process per repetition: read them as that tool's claim, not "
          "as a measurement of this lab. They enter no alarm, verdict or rank. Machine-readable: "
          '<a href="data/imported.json">data/imported.json</a>.</p>',
-         '<table id="imported"><tr><th>tool</th><th>model</th><th>device</th><th>test</th><th>tok/s (± sd)</th>'
-         "<th>latest</th><th>imports</th><th>trend</th><th>from</th></tr>"]
-    for r in entries:
-        sd = f" ± {r['tok_s_stddev']:.2f}" if r["tok_s_stddev"] is not None else ""
-        h.append(f'<tr class="imported" data-source="{_e(r["source_format"])}" data-test="{_e(r["test"])}">'
-                 f'<td>{_e(r["source_format"])}</td><td>{_e(r["model"])}</td><td>{_e(r["device"])}</td>'
-                 f'<td>{_e(r["test"])}</td><td class="num">{r["tok_s"]:.2f}{sd}</td><td>{_e(r["night"])}</td>'
-                 f'<td class="num">{r["imports"]}</td>'
-                 f'<td>{trend([t["tok_s"] for t in r["trend"] if t["tok_s"] is not None])}</td>'
-                 f'<td class="sub">{_e(r["source_file"])}:{_e(r["source_line"])}</td></tr>')
-    h.append("</table>")
-    h.append(failed_table(failed or []))
+         _table(entries, runtime=False, trend_column=True), failed_table(failed or [])]
     return "\n".join(h)
 
 
@@ -133,17 +141,7 @@ def config_section(entries: list[dict[str, Any]], failed: list[dict[str, Any]] |
          "own average: no settle gate, no interleaving, no pinned reference. Drawn here apart, in tok/s, never in "
          "the chart above: they enter no ratio, alarm, verdict or rank.</p>",
          '<div id="imported-plot" class="imported-plot"></div>',
-         '<table id="imported"><tr><th>tool</th><th>runtime</th><th>model</th><th>device</th><th>test</th>'
-         "<th>tok/s (± sd)</th><th>latest</th><th>imports</th><th>from</th></tr>"]
-    for r in entries:
-        sd = f" ± {r['tok_s_stddev']:.2f}" if r["tok_s_stddev"] is not None else ""
-        h.append(f'<tr class="imported" data-source="{_e(r["source_format"])}" data-test="{_e(r["test"])}">'
-                 f'<td>{_e(r["source_format"])}</td><td>{_e(r["runtime"])}</td><td>{_e(r["model"])}</td>'
-                 f'<td>{_e(r["device"])}</td><td>{_e(r["test"])}</td><td class="num">{r["tok_s"]:.2f}{sd}</td>'
-                 f'<td>{_e(r["night"])}</td><td class="num">{r["imports"]}</td>'
-                 f'<td class="sub">{_e(r["source_file"])}:{_e(r["source_line"])}</td></tr>')
-    h.append("</table>")
-    h.append(failed_table(failed or []))
+         _table(entries, runtime=True, trend_column=False), failed_table(failed or [])]
     return "\n".join(h)
 
 
