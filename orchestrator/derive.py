@@ -18,7 +18,7 @@ import pandas as pd
 from orchestrator.analysis import noise
 from orchestrator.analysis.audit import audit, prefill_view
 from orchestrator.analysis.devicetime import costs, session_summary
-from orchestrator.analysis.gating import gates_of
+from orchestrator.analysis.gating import first_arm_gates, gates_of
 from orchestrator.analysis.pooled import class_verdicts
 from orchestrator.analysis.summary import verdicts
 from orchestrator.config.candidates import CeilingTable
@@ -53,6 +53,7 @@ class RunOutcome:
     class_verdicts: pd.DataFrame = field(default_factory=pd.DataFrame)  # pooled phones (pool_by): one per class
     audit: pd.DataFrame = field(default_factory=pd.DataFrame)  # against the ceilings derive was given (else empty)
     prefill: pd.DataFrame = field(default_factory=pd.DataFrame)  # the prefill view against the same ceilings
+    first_arm_gates: pd.DataFrame = field(default_factory=pd.DataFrame)  # each arm's tokens vs the first arm's
 
     @property
     def completed(self) -> bool:
@@ -108,13 +109,10 @@ def derive_locked(run: RunDir, *, ceilings: CeilingTable | None = None, save: bo
     stopped, chips = stop_reasons(manifest, records), device_chips(manifest, records)
     digest = ceilings_digest(ceilings) if ceilings is not None else None
     done = run.derived(made_from) if made_from is not None else None
-    tables = dict(done.tables) if done is not None else {}
-    if done is None:  # the journal changed since the last derive (or there was none): everything again
-        tables = _tables(manifest, records, stopped, chips)
-        tables["token_gates"] = gates_of(run, Gater(), records, save=False, force=True)
+    # the journal changed since the last derive (or there was none): everything again
+    tables = dict(done.tables) if done is not None else _tables(run, manifest, records, stopped, chips)
     stale_audit = ceilings is not None and (done is None or done.ceilings_sha256 != digest)
-    if stale_audit:
-        assert ceilings is not None
+    if ceilings is not None and stale_audit:
         tables.update(_audit(tables["trials"], manifest, ceilings))
     if save and (done is None or stale_audit):
         # everything when the journal changed; else only the audit, the other tables staying as they are
@@ -132,13 +130,13 @@ def derive_locked(run: RunDir, *, ceilings: CeilingTable | None = None, save: bo
     return RunOutcome(run=run, manifest=manifest, stops=stopped, trials=tables["trials"], verdicts=tables["verdicts"],
                       details={d: s.detail for d, s in stop_records(records).items() if s.detail},
                       gates=tables["token_gates"], warnings=warnings, chips=chips, sessions=tables["sessions"],
-                      class_verdicts=tables["class_verdicts"], audit=tables.get("audit", pd.DataFrame()),
-                      prefill=tables.get("prefill", pd.DataFrame()))
+                      class_verdicts=tables["class_verdicts"], audit=tables["audit"], prefill=tables["prefill"],
+                      first_arm_gates=first_arm_gates(manifest, records))
 
 
-def _tables(manifest: Manifest, records: list[Record], stopped: dict[str, StopReason],
+def _tables(run: RunDir, manifest: Manifest, records: list[Record], stopped: dict[str, StopReason],
             chips: dict[str, str]) -> dict[str, pd.DataFrame]:
-    """Every table but the token gates and the audit, from the journal's records."""
+    """Every table from the journal's records (the audit empty: it needs a ceilings table)."""
     trials = trial_rows(manifest, records)
     table = verdicts(trials, manifest.plan, seed=manifest.seed)
     table, spent = costs(table, trials, records, [s.device for s in manifest.sessions], manifest.plan.budget_minutes)
@@ -146,6 +144,7 @@ def _tables(manifest: Manifest, records: list[Record], stopped: dict[str, StopRe
     return {"trials": trials, "verdicts": table,
             "sessions": session_summary(spent, trials, planned, {d: str(r) for d, r in stopped.items()}, chips),
             "class_verdicts": class_verdicts(trials, manifest.plan, fleet_chips(manifest.fleet), seed=manifest.seed),
+            "token_gates": gates_of(run, Gater(), records, save=False, force=True),
             "audit": pd.DataFrame(), "prefill": pd.DataFrame()}
 
 

@@ -10,6 +10,7 @@ The reference decoder is passed in (a ``Decoder``: ``runtimes.gater.Gater`` deco
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 from collections.abc import Sequence
 from functools import partial
@@ -135,4 +136,38 @@ def mismatched(gates: pd.DataFrame) -> list[str]:
     return [f"{d}/{a}" for d, a in zip(bad["device"], bad["arm"], strict=True)]
 
 
-__all__ = ["Decoder", "gates_of", "mismatched", "reference_model", "run_gates", "tolerance"]
+def first_arm_gates(manifest: Manifest, records: list[Any]) -> pd.DataFrame:
+    """Per device and arm: do trial1 token ids match the device's first launch of the first arm?"""
+    first_arm = manifest.plan.arms[0].name
+    trials = sorted((r for r in records if isinstance(r, TrialRecord) and r.result and r.result.trial1),
+                    key=lambda r: (r.device, r.seq))
+    ref: dict[str, list[int]] = {}
+    for r in trials:
+        if r.arm == first_arm and r.device not in ref and r.result and r.result.trial1:
+            ref[r.device] = r.result.trial1.token_ids
+    rows: dict[tuple[str, str], dict[str, Any]] = {}
+    for r in trials:
+        assert r.result is not None and r.result.trial1 is not None
+        ids, base = r.result.trial1.token_ids, ref.get(r.device)
+        row = rows.setdefault((r.device, r.arm), {"device": r.device, "arm": r.arm, "launches": 0, "identical": 0,
+                                                  "first_fork": math.inf, "tokens": len(ids)})
+        row["launches"] += 1
+        if base is None:
+            continue
+        fork = next((i for i, (a, b) in enumerate(zip(ids, base, strict=False)) if a != b),
+                    None if len(ids) == len(base) else min(len(ids), len(base)))
+        if fork is None:
+            row["identical"] += 1
+        else:
+            row["first_fork"] = min(row["first_fork"], fork)
+    out = pd.DataFrame(list(rows.values()), columns=["device", "arm", "launches", "identical", "first_fork", "tokens"])
+    out["gate"] = [
+        "no reference launch" if d not in ref else
+        ("PASS: bit-identical" if i == n else f"FORK: {n - i} of {n} differ, first at token {int(f)}")
+        for d, i, n, f in zip(out["device"], out["identical"], out["launches"], out["first_fork"], strict=True)
+    ]
+    return out
+
+
+__all__ = ["Decoder", "first_arm_gates", "gates_of", "mismatched", "reference_model", "run_gates",
+           "tolerance"]

@@ -20,7 +20,7 @@ from orchestrator.analysis.summary import family_words
 from orchestrator.derive import RunOutcome
 from orchestrator.report import plots
 from orchestrator.report.console import ratio_ci
-from orchestrator.results.records import Manifest, TrialRecord
+from orchestrator.results.records import Manifest
 from orchestrator.results.store import RunDir
 from orchestrator.results.trials import self_throttled_words
 from orchestrator.runtimes import catalog
@@ -52,39 +52,6 @@ class Report:
     excluded: pd.DataFrame = field(default_factory=pd.DataFrame)  # finished trials kept out of the verdicts
 
 
-def first_arm_gates(manifest: Manifest, records: list[Any]) -> pd.DataFrame:
-    """Per device and arm: do trial1 token ids match the device's first launch of the first arm?"""
-    first_arm = manifest.plan.arms[0].name
-    trials = sorted((r for r in records if isinstance(r, TrialRecord) and r.result and r.result.trial1),
-                    key=lambda r: (r.device, r.seq))
-    ref: dict[str, list[int]] = {}
-    for r in trials:
-        if r.arm == first_arm and r.device not in ref and r.result and r.result.trial1:
-            ref[r.device] = r.result.trial1.token_ids
-    rows: dict[tuple[str, str], dict[str, Any]] = {}
-    for r in trials:
-        assert r.result is not None and r.result.trial1 is not None
-        ids, base = r.result.trial1.token_ids, ref.get(r.device)
-        row = rows.setdefault((r.device, r.arm), {"device": r.device, "arm": r.arm, "launches": 0, "identical": 0,
-                                                  "first_fork": math.inf, "tokens": len(ids)})
-        row["launches"] += 1
-        if base is None:
-            continue
-        fork = next((i for i, (a, b) in enumerate(zip(ids, base, strict=False)) if a != b),
-                    None if len(ids) == len(base) else min(len(ids), len(base)))
-        if fork is None:
-            row["identical"] += 1
-        else:
-            row["first_fork"] = min(row["first_fork"], fork)
-    out = pd.DataFrame(list(rows.values()), columns=["device", "arm", "launches", "identical", "first_fork", "tokens"])
-    out["gate"] = [
-        "no reference launch" if d not in ref else
-        ("PASS: bit-identical" if i == n else f"FORK: {n - i} of {n} differ, first at token {int(f)}")
-        for d, i, n, f in zip(out["device"], out["identical"], out["launches"], out["first_fork"], strict=True)
-    ]
-    return out
-
-
 def _nightly(history: Path | None, manifest: Manifest) -> NightlyView | None:
     from orchestrator.analysis import nightly
     from orchestrator.results.history import load_nights
@@ -104,7 +71,7 @@ def _nightly(history: Path | None, manifest: Manifest) -> NightlyView | None:
 
 def collect(outcome: RunOutcome, history: Path | None = None) -> Report:
     """What a run's report shows: the tables derive wrote (or derived in memory) and the nightly history's view."""
-    run, manifest, trials, records = outcome.run, outcome.manifest, outcome.trials, outcome.run.records()
+    run, manifest, trials = outcome.run, outcome.manifest, outcome.trials
     ok = trials[trials["status"] == "ok"] if len(trials) else trials
     failures = trials[trials["status"] != "ok"][["device", "trial_id", "arm", "attempts", "failure_kind",
                                                  "failure_message"]] if len(trials) else pd.DataFrame()
@@ -114,7 +81,7 @@ def collect(outcome: RunOutcome, history: Path | None = None) -> Report:
     report = Report(run=run, manifest=manifest, trials=trials, verdicts=outcome.verdicts,
                     stops={d: str(r) for d, r in outcome.stops.items()}, audit=aud,
                     prefill=outcome.prefill if len(outcome.prefill) else None, excluded=kept_out,
-                    first_arm_gates=first_arm_gates(manifest, records),
+                    first_arm_gates=outcome.first_arm_gates,
                     reference_gates=outcome.gates if len(outcome.gates) else None, failures=failures,
                     nightly=_nightly(history, manifest), chips=outcome.chips, sessions=outcome.sessions)
     arms = [a.name for a in manifest.plan.arms]
