@@ -130,9 +130,10 @@ def _night_source(files: list[Path]) -> str:
     return f"read_parquet({listed}, union_by_name=true, hive_partitioning=false)"
 
 
-def write_rollup(history: Path, night: str) -> Path | None:
-    """Derive and write ``night``'s rollup (temp name, then renamed); earlier rollups of the night removed."""
-    files = night_files(history).get(night)
+def write_rollup(history: Path, night: str, files: list[Path] | None = None) -> Path | None:
+    """Derive and write ``night``'s rollup (temp name, then renamed); earlier rollups of the night removed.
+    `files`: the night's trial files, where the caller has listed them already."""
+    files = files if files is not None else night_files(history).get(night)
     if not files:
         return None
     target = rollup_file(history, night, files)
@@ -149,12 +150,10 @@ def write_rollup(history: Path, night: str) -> Path | None:
 
 def refresh_rollups(history: Path) -> list[str]:
     """Write the rollup of every night that has none for its current files; the nights written."""
-    done = []
-    for night, files in night_files(history).items():
-        if not rollup_file(history, night, files).exists():
-            write_rollup(history, night)
-            done.append(night)
-    return done
+    _fresh, stale = _stale(history)
+    for night, files in stale.items():
+        write_rollup(history, night, files)
+    return list(stale)
 
 
 def _stale(history: Path | None) -> tuple[list[Path], dict[str, list[Path]]]:
