@@ -260,8 +260,9 @@ async def _config_night(run: RunDir, night: str, results: Path, history: Path,
             helpers = [d for d in devices if chips.get(d, d) == chips.get(target, target)] if shared else [target]
             table, tonight = night_verdict(outcome.trials, later, target, helpers, plan, seed=manifest.seed)
             decided.append(night_rows(table, manifest, tonight).assign(run_id=ext.run_id))
+            took = max((_used_minutes(more_out.sessions).get(d, 0.0) for d in helpers), default=0.0)
             said.append(_confirmed(plan.name, target, first, decided[-1], helpers, ext.run_id,
-                                   more_out.manifest.plan, [d for d in helpers if d in budget]))
+                                   more_out.manifest.plan, [d for d in helpers if d in budget], took))
         append_history(history, night, history_rows(later, manifest), pd.concat(decided, ignore_index=True))
         why |= _ended(ext, plan.name, devices)
     return why
@@ -275,9 +276,9 @@ def _used_minutes(sessions: pd.DataFrame) -> dict[str, float]:
 
 
 def _confirmed(config: str, target: str, first: pd.DataFrame, row: pd.DataFrame, helpers: list[str], run_id: str,
-               more: Plan, spent: list[str]) -> str:
+               more: Plan, spent: list[str], took: float) -> str:
     """A confirmed device's line: its first run's suspicion, where it was extended (and which phones' budget
-    stopped it short), what the night rests on."""
+    stopped it short; ``took``: the device minutes of its busiest phone's extension), what the night rests on."""
     was = first.loc[target] if target in first.index else None
     before = (f"p(slower)={was['p_one_sided_slower']:.2g} on {was['n_candidate']:.0f} launches per arm"
               if was is not None else "its first run")
@@ -287,8 +288,9 @@ def _confirmed(config: str, target: str, first: pd.DataFrame, row: pd.DataFrame,
     short = (f" ({', '.join(spent)} stopped at the budget_minutes left, {more.budget_minutes:.0f} min, before all "
              "its blocks)" if spent and more.budget_minutes is not None else "")
     return (f"{config}: {target}: suspicious ({before}); extended by run {run_id}, {more.blocks} blocks on "
-            f"{', '.join(helpers)}{short}; decided on {r['n_candidate']:.0f} launches per arm{over}: ratio "
-            f"{r['ratio']:.3f}, p(slower)={r['p_one_sided_slower']:.2g}")
+            f"{', '.join(helpers)}{short}, {took:.0f} device-minutes on the busiest; decided on "
+            f"{r['n_candidate']:.0f} launches per arm{over}: ratio {r['ratio']:.3f}, "
+            f"p(slower)={r['p_one_sided_slower']:.2g}")
 
 
 def _ended(run: RunDir, config: str, devices: list[str]) -> dict[tuple[str, str], str]:

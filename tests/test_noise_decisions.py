@@ -160,8 +160,8 @@ def test_a_noisier_phone_is_confirmed_on_more_launches_and_the_night_says_why(tm
     assert "## Same-night confirmations" in md
     for device in ("loud", "calm"):
         assert re.search(rf"nightly-decode: {device}: suspicious \(p\(slower\)=.* on 40 launches per arm\); extended "
-                         r"by run \S+, 48 blocks on loud, calm; decided on 232 launches per arm over 2 phones of its "
-                         r"class \(loud, calm\), stratified by phone", md), md
+                         r"by run \S+, 48 blocks on loud, calm, \d+ device-minutes on the busiest; decided on 232 "
+                         r"launches per arm over 2 phones of its class \(loud, calm\), stratified by phone", md), md
     # Without siblings each phone is extended on itself: the loud one to 232 (96 blocks: 231 rounded up to a whole
     # block), the calm one to the plan's 120 (40 blocks).
     alone = tmp_path / "alone"
@@ -226,6 +226,7 @@ def test_a_nights_budget_bounds_its_confirmation_and_the_summary_says_so(tmp_pat
         else:
             assert extension == [], said[budget]
     assert re.search(r"p: suspicious \(.*\); extended by run \S+, 40 blocks on p \(p stopped at the budget_minutes "
-                     r"left, \d+ min, before all its blocks\); decided on \d+ launches per arm", said[200]), said[200]
+                     r"left, \d+ min, before all its blocks\), \d+ device-minutes on the busiest; decided on \d+ "
+                     r"launches per arm", said[200]), said[200]
     assert ("p: suspicious, not extended: its first run used its budget_minutes (60); the night is decided on the "
             "first run") in said[60], said[60]

@@ -323,7 +323,9 @@ class Plan(Strict):
         "class gets one verdict beside each device's")
     budget_minutes: float | None = Field(
         default=None, gt=0, le=7 * 24 * 60, description="Device time each session may use (prepare, settle, "
-        "launches), minutes: no trial starts once it is spent (stop reason `budget`); the verdicts are what it allowed")
+        "launches), minutes: no trial starts once it is spent (stop reason `budget`); the verdicts are what it "
+        "allowed. In a nightly plan, the config's device time on a phone tonight: a same-night confirmation gets "
+        "what the first run left")
 
     @field_validator("arms")
     @classmethod
