@@ -45,12 +45,15 @@ from scipy.stats import beta  # noqa: E402
 from orchestrator import core  # noqa: E402
 from orchestrator.analysis import noise  # noqa: E402
 from orchestrator.analysis.confirm import (  # noqa: E402
+    MIN_BUDGET_LEFT,
     after,
+    budget_left,
     extension_plan,
     night_verdict,
     plan_extensions,
     suspicious,
 )
+from orchestrator.analysis.devicetime import device_time, prepare_seconds  # noqa: E402
 from orchestrator.analysis.nightly import alarms, night_rows, pin_builds, rule_of  # noqa: E402
 from orchestrator.analysis.prerun import night_caps  # noqa: E402
 from orchestrator.analysis.summary import verdicts  # noqa: E402
@@ -81,7 +84,9 @@ def designs() -> dict[str, Design]:
             "configs/plans/nightly.yaml, 9%-noise phones, caps from the noise registry": Design(shipped, 0.09, True),
             "configs/plans/nightly.yaml, 9%-noise phones, the plan's cap (no registry)": Design(shipped, 0.09, False),
             "configs/plans/nightly.yaml, 9%-noise phones in classes of 4, caps from the noise registry, siblings share "
-            "the extension": Design(shipped, 0.09, True, phones=4)}
+            "the extension": Design(shipped, 0.09, True, phones=4),
+            "configs/plans/nightly.yaml with budget_minutes 480 (8 device-hours a night), 9%-noise phones, caps from "
+            "the noise registry": Design(shipped.model_copy(update={"budget_minutes": 480.0}), 0.09, True)}
 
 
 def fleet(n: int, gap: float, seed0: int, seed_offset: int = 0, only: list[str] | None = None,
@@ -114,16 +119,22 @@ def nights(design: Design, n: int, gap: float, seed0: int) -> pd.DataFrame:
     chips = fleet_chips(f)
     registry = registered(n, seed0, design.sigma) if design.registry else pd.DataFrame()
     caps, _ = night_caps(pinned, rule, list(chips), registry, datetime.now(UTC), chips)
-    manifest, _, trials = core.simulate(f, pinned)
+    manifest, records, trials = core.simulate(f, pinned)
+    used = minutes(trials, records, list(chips))
     first = night_rows(verdicts(trials, pinned, seed=manifest.seed), manifest, trials)
     final = first.set_index("device")
     launched = trials.groupby("device").size().astype(float) / 2
+    spent = dict(used)  # device minutes of each phone tonight, its extension's included
     exts = plan_extensions(pinned, rule, suspicious(first, rule, caps), caps, chips, list(chips))
     shared = rule.confirm is not None and rule.confirm.siblings
     for k, ext in enumerate(exts):  # as night._config_night does
-        more = extension_plan(pinned, ext, seed=manifest.seed + 1 + k, of=manifest.run_id)
-        _, _, ext_trials = core.simulate(fleet(n, gap, seed0, EXTENSION_SEED, list(ext.devices), design.sigma,
-                                               design.phones), more)
+        left = budget_left(pinned, ext, used)
+        if left is not None and left < MIN_BUDGET_LEFT:
+            continue
+        more = extension_plan(pinned, ext, seed=manifest.seed + 1 + k, of=manifest.run_id, minutes_left=left)
+        _, ext_records, ext_trials = core.simulate(fleet(n, gap, seed0, EXTENSION_SEED, list(ext.devices),
+                                                         design.sigma, design.phones), more)
+        spent.update({d: spent[d] + m for d, m in minutes(ext_trials, ext_records, list(ext.devices)).items()})
         later = after(trials, ext_trials)
         for target in ext.targets:
             helpers = [d for d in ext.devices if chips[d] == chips[target]] if shared else [target]
@@ -134,12 +145,20 @@ def nights(design: Design, n: int, gap: float, seed0: int) -> pd.DataFrame:
     out = final.reset_index().assign(night="n1", first_p=first["p_one_sided_slower"].to_numpy(),
                                      launches_per_arm=launched.reindex(final.index).to_numpy())
     busiest = launched.groupby(pd.Series(chips)).max()
+    hours = (pd.Series(spent) / 60).groupby(pd.Series(chips)).max()
     table = alarms(out, {pinned.name: rule}, reasons=False)
     return table.assign(extended=table["device"].isin([d for e in exts for d in e.targets]),
                         cap=table["device"].map(lambda d: caps[d].launches_per_arm),
                         registered_sigma=table["device"].map(lambda d: caps[d].sigma or np.nan),
                         decided_on=table["n_candidate"].astype(float),
-                        busiest=table["device"].map(lambda d: busiest[chips[d]]))
+                        busiest=table["device"].map(lambda d: busiest[chips[d]]),
+                        busiest_h=table["device"].map(lambda d: hours[chips[d]]))
+
+
+def minutes(trials: pd.DataFrame, records: list[Any], devices: list[str]) -> dict[str, float]:
+    """Each phone's device minutes in a simulated run (settle, launches, prepare), as `orch run` counts them."""
+    table = device_time(trials, prepare_seconds(records), devices)
+    return {str(d): float(m) for d, m in zip(table["device"], table["total_min"], strict=True)}
 
 
 def upper95(k: int, n: int) -> float:
@@ -177,7 +196,8 @@ def summary(table: pd.DataFrame, plan: Plan) -> dict[str, Any] | None:
     return {"n": n, "alarmed": alarmed, "rate": alarmed / n, "lo": lower95(alarmed, n), "hi": upper95(alarmed, n),
             "extended": float(table["extended"].mean()), "launches_per_arm": float(table["launches_per_arm"].mean()),
             "decided_on": float(table["decided_on"].mean()), "busiest_mean": float(table["busiest"].mean()),
-            "busiest_max": float(table["busiest"].max()),
+            "busiest_max": float(table["busiest"].max()), "busiest_h": float(table["busiest_h"].mean()),
+            "busiest_h_max": float(table["busiest_h"].max()),
             "no_comparison": int(table["p_one_sided_slower"].isna().sum()),
             "consecutive_hits": hit, "grid": grid,
             "median_slowdown": float(np.nanmedian(slow)),
@@ -245,8 +265,8 @@ CASES = (("quiet (no change)", "quiet"), ("5% regression, its first night", "reg
 def busiest(s: dict[str, Any]) -> str:
     """The busiest phone's launches per arm (a single phone's design measured before the column: its own)."""
     if "busiest_mean" not in s:
-        return f"{s['launches_per_arm']:.1f} / -"
-    return f"{s['busiest_mean']:.1f} / {s['busiest_max']:.0f}"
+        return f"{s['launches_per_arm']:.1f} / - | -"
+    return f"{s['busiest_mean']:.1f} / {s['busiest_max']:.0f} | {s['busiest_h']:.1f} / {s['busiest_h_max']:.1f}"
 
 
 def write(res: dict[str, Any]) -> None:
@@ -271,17 +291,20 @@ def write(res: dict[str, Any]) -> None:
               "In classes of 4 (4 phones of one chip class run the config), a suspicious phone's extension is shared",
               "with its siblings (`nightly.confirm.siblings`, the default): what its cap needs, split between the",
               "class's phones, and its night decided on its own first run and every phone's extension, stratified by",
-              "phone. The busiest phone's launches set the night's wall time (a class's phones run in parallel; in the",
-              "simulated lab an A19-class launch costs about 1.6 device-minutes with settling, bench/results/device_time.md).",
+              "phone. The busiest phone's launches and device-hours (settle, launches, prepare: the simulated phone's",
+              "clock) set the night's wall time (a class's phones run in parallel; designs measured before that column",
+              "show '-').",
+              "With budget_minutes (a config's device time on a phone tonight) the extension gets what the first run",
+              "left, and the night is decided on what that allowed.",
               "A device-night's row is its own: a class of 4 gives 4 device-nights.", "",
               "| design | phone noise | case | device-nights | alarmed on the night | 95% CI | nights extended | "
-              "cap (mean / max) | launches per arm decided on (mean) | busiest phone's launches per arm (mean / max) |",
-              "|---|---|---|---|---|---|---|---|---|---|"]
+              "cap (mean / max) | launches per arm decided on (mean) | busiest phone's launches per arm (mean / max) | "
+              "busiest phone's device-hours (mean / max) |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for label, r in res.items():
         for case, key in CASES:
             s = r.get(key)
             if s is None:
-                lines.append(f"| {label} | {100 * r['sigma']:.0f}% | {case} | not measured | | | | | | |")
+                lines.append(f"| {label} | {100 * r['sigma']:.0f}% | {case} | not measured | | | | | | | |")
                 continue
             cap = f"{s['cap_mean']:.0f} / {s['cap_max']}" if "cap_mean" in s else "120 / 120"
             stopped = f" (of {s['command'].split('--' + key + ' ')[1].split()[0]} asked; stopped)" \
