@@ -12,7 +12,7 @@ import contextlib
 import traceback
 import zlib
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from shlex import quote
@@ -176,9 +176,9 @@ async def run_night(
         say(line)
     try:
         why: dict[tuple[str, str], str] = {}
-        confirmed: list[str] = []
+        log = NightLog()
         for run, _ in firsts:
-            why |= await _config_night(run, night, results, history, announce, caps[run.run_id], confirmed)
+            why |= await _config_night(run, night, results, history, announce, caps[run.run_id], log)
         compact_night(history, night)
         refresh_rollups(history)  # nights from before rank's rollups get theirs once
         summary = summarize(history, night, planned, {m.plan.name: rule_of(m.plan) for _, m in firsts}, why)
@@ -190,9 +190,9 @@ async def run_night(
             write_reports(unfinished(night, planned, f"night {night} {what.splitlines()[0]}; finish it with: "
                                                      f"{again[0]}"), junit_path, md_path, detail)
         raise
-    write_reports(summary, junit_path, md_path, _section(
-        "Same-night confirmations", confirmed) + _section(
-        "Launch noise (the noise registry) and confirmation caps", noise_lines))
+    write_reports(summary, junit_path, md_path, _section("Same-night confirmations", log.confirmed)
+                  + _section("Device time tonight (settle, launches, prepare)", log.device_time())
+                  + _section("Launch noise (the noise registry) and confirmation caps", noise_lines))
     return NightlyOutcome(summary=summary, run_ids=ids, junit_path=junit_path, summary_path=md_path)
 
 
@@ -210,6 +210,25 @@ def extensions_of(results: Path, run: RunDir, config: str) -> list[RunDir]:
     return found
 
 
+@dataclass
+class NightLog:
+    """What summary.md says of the night beyond the verdicts: each confirmation, each phone's device time."""
+
+    confirmed: list[str] = field(default_factory=list)
+    minutes: dict[str, dict[str, float]] = field(default_factory=dict)  # device -> what it ran -> device minutes
+
+    def spend(self, what: str, used: dict[str, float]) -> None:
+        for device, m in used.items():
+            mine = self.minutes.setdefault(device, {})
+            mine[what] = mine.get(what, 0.0) + m
+
+    def device_time(self) -> list[str]:
+        """A line per phone, busiest first: its device-hours tonight, and what they went to."""
+        busiest = sorted(self.minutes.items(), key=lambda kv: -sum(kv[1].values()))
+        return [f"{d}: {sum(m.values()) / 60:.1f} device-hours: "
+                + ", ".join(f"{what} {v / 60:.1f} h" for what, v in m.items()) for d, m in busiest]
+
+
 def _section(title: str, lines: list[str]) -> str:
     """One of summary.md's closing sections (none without lines)."""
     if not lines:
@@ -219,18 +238,20 @@ def _section(title: str, lines: list[str]) -> str:
 
 async def _config_night(run: RunDir, night: str, results: Path, history: Path,
                         announce: Callable[[list[str]], None], caps: dict[str, Cap],
-                        said: list[str]) -> dict[tuple[str, str], str]:
+                        log: NightLog) -> dict[tuple[str, str], str]:
     """One config's night: its run, appended to the history; a suspicious comparison extended (by the
     extension runs an interrupted night already started, else new ones, ``plan_extensions``: on the same phone
     up to its cap in ``caps``, or shared with its siblings of the class) and decided on every launch of the
-    night, that row appended after the first (the history keeps a night's newest row per device). ``said``
-    gets a line per confirmed device: what was extended where, and what the night was decided on."""
+    night, that row appended after the first (the history keeps a night's newest row per device). ``log``
+    gets a line per confirmed device (what was extended where, what the night was decided on) and each
+    phone's device minutes."""
     outcome = await core.execute(run)
     manifest = outcome.manifest
     plan, rule = manifest.plan, rule_of(manifest.plan)
     rows = night_rows(outcome.verdicts, manifest, outcome.trials)
     append_history(history, night, history_rows(outcome.trials, manifest), rows)
     why = _ended(run, manifest.plan.name, [s.device for s in manifest.sessions])
+    log.spend(plan.name, _used_minutes(outcome.sessions))
     extensions = extensions_of(results, run, plan.name)
     if not extensions:
         planned = plan_extensions(plan, rule, suspicious(rows, rule, caps), caps, fleet_chips(manifest.fleet),
@@ -239,8 +260,9 @@ async def _config_night(run: RunDir, night: str, results: Path, history: Path,
         for k, one in enumerate(planned):
             left = budget_left(plan, one, used)
             if left is not None and left < MIN_BUDGET_LEFT:
-                said.extend(f"{plan.name}: {d}: suspicious, not extended: its first run used its budget_minutes "
-                            f"({plan.budget_minutes:g}); the night is decided on the first run" for d in one.targets)
+                log.confirmed.extend(f"{plan.name}: {d}: suspicious, not extended: its first run used its "
+                                     f"budget_minutes ({plan.budget_minutes:g}); the night is decided on the first run"
+                                     for d in one.targets)
                 continue
             more = extension_plan(plan, one, seed=manifest.seed + 1 + k, of=run.run_id, minutes_left=left)
             extensions.append(core.start_run(core.new_manifest(
@@ -261,8 +283,9 @@ async def _config_night(run: RunDir, night: str, results: Path, history: Path,
             table, tonight = night_verdict(outcome.trials, later, target, helpers, plan, seed=manifest.seed)
             decided.append(night_rows(table, manifest, tonight).assign(run_id=ext.run_id))
             took = max((_used_minutes(more_out.sessions).get(d, 0.0) for d in helpers), default=0.0)
-            said.append(_confirmed(plan.name, target, first, decided[-1], helpers, ext.run_id,
+            log.confirmed.append(_confirmed(plan.name, target, first, decided[-1], helpers, ext.run_id,
                                    more_out.manifest.plan, [d for d in helpers if d in budget], took))
+        log.spend(f"{plan.name}'s confirmation", _used_minutes(more_out.sessions))
         append_history(history, night, history_rows(later, manifest), pd.concat(decided, ignore_index=True))
         why |= _ended(ext, plan.name, devices)
     return why

@@ -158,6 +158,10 @@ def test_a_noisier_phone_is_confirmed_on_more_launches_and_the_night_says_why(tm
     assert per_device(results) == {"loud": 96, "calm": 96}
     assert "A19 Pro: loud, calm share a suspicious night's extension" in said, said
     assert "## Same-night confirmations" in md
+    hours = re.search(r"## Device time tonight .*\n\n- (\w+): ([\d.]+) device-hours: nightly-decode ([\d.]+) h, "
+                      r"nightly-decode's confirmation ([\d.]+) h\n", md)
+    assert hours and hours[1] in ("loud", "calm"), md
+    assert math.isclose(float(hours[2]), float(hours[3]) + float(hours[4]), abs_tol=0.11), md
     for device in ("loud", "calm"):
         assert re.search(rf"nightly-decode: {device}: suspicious \(p\(slower\)=.* on 40 launches per arm\); extended "
                          r"by run \S+, 48 blocks on loud, calm, \d+ device-minutes on the busiest; decided on 232 "
