@@ -8,7 +8,8 @@ no difference, a true 5% gap, and a class where one phone's candidate is 8% off 
 (heterogeneity: how often the class table flags it, names that phone, and how many rounds the class kept
 going for it). Wall time of a class = its slowest member's device time (they run in parallel); of a single
 phone = its own. Beside the flag the class took, two single checks on the same trials (everything each class
-ran): Kruskal-Wallis (the flag before) and the rank contrast alone, to compare the tests on the same classes.
+ran): Kruskal-Wallis (the flag before), a one-way ANOVA and the rank contrast alone, to compare the tests on the
+same classes.
 
 Writes bench/results/pooled.md and .json. Usage: python bench/bench_pooled.py [--reps N] [--phones K]
 """
@@ -89,10 +90,11 @@ def chunked(reps: int, phones: int, gap: float, odd: float | None, seed0: int, p
     return manifest, pd.concat(trials, ignore_index=True), pd.concat(tables, ignore_index=True)
 
 
-def single_checks(trials: pd.DataFrame) -> tuple[float, float]:
-    """Share of classes Kruskal-Wallis (p < 0.01) and the rank contrast (p < HETEROGENEITY_P) flag, each
-    once on every trial the class ran (each phone's block differences of log decode tok/s)."""
-    kw, contrast = [], []
+def single_checks(trials: pd.DataFrame) -> dict[str, float]:
+    """Share of classes each test flags once on every trial the class ran (each phone's block differences of log
+    decode tok/s): Kruskal-Wallis and one-way ANOVA (pooled residual variance) at p < 0.01, the rank contrast
+    at its per-check p < HETEROGENEITY_P."""
+    kw, anova, contrast = [], [], []
     ok = trials[trials["excluded"].isna() & trials["decode_tok_s"].notna()]
     for _, c in ok.groupby(ok["device"].str.split("-").str[0]):
         effects = {}
@@ -103,8 +105,10 @@ def single_checks(trials: pd.DataFrame) -> tuple[float, float]:
                 effects[d] = (m["candidate"] - m["engine"]).to_numpy()
         groups = [e for e in effects.values() if len(e) >= 2]
         kw.append(len(groups) >= 2 and float(stats.kruskal(*groups).pvalue) < 0.01)
+        anova.append(len(groups) >= 2 and float(stats.f_oneway(*groups).pvalue) < 0.01)
         contrast.append(effect_check(effects)[0] < HETEROGENEITY_P)
-    return float(np.mean(kw)), float(np.mean(contrast))
+    return {"kruskal_all_trials": float(np.mean(kw)), "anova_all_trials": float(np.mean(anova)),
+            "contrast_all_trials": float(np.mean(contrast))}
 
 
 def measure(case: str, reps: int, phones: int, chunk: int) -> dict[str, Any]:
@@ -131,7 +135,7 @@ def measure(case: str, reps: int, phones: int, chunk: int) -> dict[str, Any]:
         "rounds_kept_when": float(table.loc[table["rounds_kept"] > 0, "rounds_kept"].mean())
         if (table["rounds_kept"] > 0).any() else 0.0,
     }
-    out["kruskal_all_trials"], out["contrast_all_trials"] = single_checks(trials)
+    out.update(single_checks(trials))
     if odd is None:  # the same defaults, one phone alone per repetition
         sp = plan(False)
         _, t1, v1 = chunked(reps, 1, gap, None, 40_000 + int(1000 * gap), sp, chunk)
@@ -188,16 +192,18 @@ def write(rows: list[dict[str, Any]], reps: int, phones: int) -> None:
     lines += ["", "Heterogeneity: the effect flag the class took (the rank contrast, checked at the class's answer and "
               "kept going while suspected), the 8%-off phone named by it, classes kept going and rounds kept (mean over "
               "all classes / over those kept going), any flag (the effect's or the phones' speeds'), and two single "
-              "checks on everything each class ran.", "",
+              "checks on everything each class ran (Kruskal-Wallis and one-way ANOVA at p < 0.01, the rank contrast "
+              f"at its per-check p < {HETEROGENEITY_P:g}).", "",
               "| case | effect flagged | odd phone named | kept going | rounds kept | any flag | Kruskal-Wallis once "
-              "| rank contrast once |", "|---|---|---|---|---|---|---|---|"]
+              "| ANOVA once | rank contrast once |", "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['case']} | {100 * r['flagged_effect']:.1f}% ({ci95(r['flagged_effect'], reps)}) | "
                      + (f"{100 * r['odd_phone_named']:.1f}% ({ci95(r['odd_phone_named'], reps)})"
                         if r["case"] == "one phone 8% off" else "-")
                      + f" | {100 * r['kept_going']:.1f}% | {r['rounds_kept']:.1f} / {r['rounds_kept_when']:.1f} | "
                      f"{100 * r['flagged_heterogeneous']:.1f}% ({ci95(r['flagged_heterogeneous'], reps)}) | "
-                     f"{100 * r['kruskal_all_trials']:.1f}% | {100 * r['contrast_all_trials']:.1f}% |")
+                     f"{100 * r['kruskal_all_trials']:.1f}% | {100 * r['anova_all_trials']:.1f}% | "
+                     f"{100 * r['contrast_all_trials']:.1f}% |")
     by = {r["case"]: r for r in rows}
     lines += ["", "Goals (issue 13: four phones of one class, same error rates, wall time <= 30% of one phone's):"]
     for case in ("no difference", "true 5% gap"):

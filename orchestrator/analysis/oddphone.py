@@ -6,11 +6,12 @@ arms reached) are ranked together; each phone's mean rank is contrasted with the
 mean ranks on the pooled within-phone variance of the ranks (t with N - k degrees of freedom), and the
 smallest of the k two-sided p values is multiplied by k (Bonferroni). The phone with the largest
 contrast is the one named. Ranks keep a throttled launch from dominating a phone's mean; the contrast
-puts all the test's power on "one phone differs" where Kruskal-Wallis spreads it over k - 1 directions.
-Measured on the same simulated classes (bench/results/pooled.md: four A19-class phones, one 8% off,
-each check at the class's deciding round / at the phones' full share): Kruskal-Wallis 43% / 72%,
-one-way ANOVA 45% / 70%, the contrast on the values 47% / 73%, the contrast on ranks 52% / 78%; a
-permutation p for the rank contrast instead of Bonferroni changed none of them by more than a point.
+puts all the test's power on "one phone differs", where Kruskal-Wallis and a one-way ANOVA spread it
+over k - 1 directions. On the same simulated classes (bench/results/pooled.md: four A19-class phones,
+one 8% off, each test once on every trial the class ran) the contrast at p < 0.0075 flagged 73% of them,
+Kruskal-Wallis at p < 0.01 57.5%, a one-way ANOVA (pooled residual variance) at p < 0.01 58%; where every
+phone has the same effect each flagged 0.5% of 200 classes under no difference, and at a 5% class effect
+the contrast 2.0% (4 classes), the other two 0.5%.
 
 The watch. A pooled class stops when its pooled question is answered (``ClassPool``), and then each
 phone rests on ~20 launches per arm: too few to see an 8% phone reliably. So the check is repeated:
@@ -19,16 +20,23 @@ phone rests on ~20 launches per arm: too few to see an 8% phone reliably. So the
   suspected if ``p >= SUSPECT_P`` (the class stops); otherwise the class keeps going, every member in
   step, and
 * every block after it (``block_len`` rounds): flagged if ``p < HETEROGENEITY_P``; cleared if
-  ``p >= CLEAR_P`` (no longer suspected); ``capped`` at the phones' last scheduled round (the plan's
-  share of blocks for each phone: the launches the plan already gave every phone).
+  ``p >= CLEAR_P`` (no longer suspected); ``capped`` at the phones' last scheduled round.
 
-Every check may flag, so the level of each is below the 0.01 of a single check: 0.0075 kept the
-false flags at 0.7% (no difference) and 1.3% (a 5% class effect) of 300 simulated classes each, with
-the 8%-off phone flagged in 72% (checking only at the deciding round: 52%; running every class to
-the cap and checking once there: 78%, at three times the device time). Stopping as soon as the
-suspicion fades (``CLEAR_P`` 0.5: p drifts up quickly when nothing is there) keeps the extra rounds
-short where the phones agree. The class's verdict stays the one its looks reached: the extra rounds
-serve this question and the phones' own intervals only.
+The cap is each phone's share of the plan's blocks: launches the plan already budgeted for every phone,
+so a kept-going class never runs past what the same plan runs when its looks never answer it. A multiple
+of the answer's round would hardly differ: at the defaults a class answers at 10-22 launches per arm per
+phone of a share of 30, so even twice the answer's round is mostly past the share.
+
+Every check may flag, so each one's level (0.0075) is below the 0.01 a single check would spend, and
+the suspicion ends as soon as p drifts up (``CLEAR_P`` 0.5: quickly, when nothing is there), which keeps
+the kept-going rounds short where the phones agree. Measured (bench/results/pooled.md, 200 classes a
+case): the 8%-off phone flagged in 73% of classes (46% by Kruskal-Wallis at the answer alone, before);
+false effect flags 0.5% under no difference and 2.0% at a 5% class effect; 15% of those classes kept going,
+13 rounds on average when they did; wall time 0.26 and 0.28 of one phone's. The share bounds it: a
+class that must clear every phone more surely needs a plan with more blocks than its pooled answer.
+
+The class's verdict stays the one its looks reached: the extra rounds serve this question and the
+phones' own intervals only.
 """
 
 from __future__ import annotations
