@@ -122,14 +122,14 @@ def test_a_member_ahead_of_the_round_waits_for_its_siblings() -> None:
     assert not fixed.ahead("a", 6)
 
 
-def _odd_class(tmp_path: Path) -> tuple[Path, Path]:
+def _odd_class(tmp_path: Path, **plan: object) -> tuple[Path, Path]:
     """Four phones, the candidate 10% faster on three and no faster on the fourth (p3): the class answers
     `faster` at its second look, where p3 looks off but is not yet flagged (these seeds: found by simulation)."""
     phones = [sim_device(f"p{i}", seed=130 + i, runtimes={"coreai": {"decode_tok_s": 50.0},
                                                            "rawloop-metal": {"decode_tok_s": 50.0 * (1 + g)}})
               for i, g in enumerate([0.10, 0.10, 0.10, 0.0])]
-    plan = plan_with(blocks=40, pool_by="chip_class", decision={"estimator": "hodges_lehmann"})
-    return write_inputs(tmp_path, fleet_of(*phones), plan)
+    return write_inputs(tmp_path, fleet_of(*phones), plan_with(blocks=40, pool_by="chip_class",
+                                                                decision={"estimator": "hodges_lehmann"}, **plan))
 
 
 def test_a_class_keeps_going_to_check_a_phone_off_its_siblings_and_keeps_its_verdict(tmp_path: Path) -> None:
@@ -156,6 +156,19 @@ def test_a_class_keeps_going_to_check_a_phone_off_its_siblings_and_keeps_its_ver
     # each phone's interval rests on all its trials, the rounds kept going included
     intervals = dict(re.findall(r"(p\d) [0-9.]+ \[([0-9.]+)-", row["effect_by_device"]))
     assert set(intervals) == {"p0", "p1", "p2", "p3"} and float(intervals["p3"]) < 1.0, row["effect_by_device"]
+
+
+def test_a_plan_can_stop_the_class_at_its_answer(tmp_path: Path) -> None:
+    f, p = _odd_class(tmp_path, pool_keep_going=False)
+    code, out = invoke("run", "--fleet", str(f), "--plan", str(p), "--results", str(tmp_path / "r"))
+    assert code == 0, out
+    run = only_run(tmp_path / "r")
+    ran = Counter(r.device for r in run.records() if isinstance(r, TrialRecord))
+    assert ran == dict.fromkeys(["p0", "p1", "p2", "p3"], 10), "stopped at the answer's round (9)"
+    row = pd.read_csv(run.path / "class_verdicts.csv").iloc[0]
+    assert row["verdict"] == "faster" and row["n_baseline"] == 20 and row["rounds_kept"] == 0
+    assert row["effect_check"] == "quiet" and HETEROGENEITY_P <= row["effect_heterogeneity_p"] < SUSPECT_P, \
+        "suspected at the answer, checked there once, not flagged"
 
 
 def test_a_run_interrupted_while_kept_going_resumes_to_the_same_end(tmp_path: Path) -> None:

@@ -73,7 +73,8 @@ def watch_of(values: Values, plan: Plan, members: list[str], answered: int | Non
     last round run (``last``), or one check on everything when no interim look answered it."""
     if answered is None:
         return once(values, plan.pairs(), members, last)
-    watch = ClassWatch(plan.pairs(), members, answered, cap, block_len(plan)).walk(values, last)
+    watch = ClassWatch(plan.pairs(), members, answered, cap if plan.pool_keep_going else answered,
+                       block_len(plan)).walk(values, last)
     return watch.state or {}
 
 

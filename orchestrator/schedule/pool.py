@@ -123,8 +123,8 @@ class ClassPool:
     def answer(self, words: str, upto: int) -> None:
         """The class's looks answered it at round ``upto``: watch its heterogeneity from there."""
         self.answered = words
-        self.watch = ClassWatch(self.plan.pairs(), self.members, upto, planned_last(self.plan, len(self.members)),
-                                block_len(self.plan))
+        last = planned_last(self.plan, len(self.members)) if self.plan.pool_keep_going else upto  # off: check once
+        self.watch = ClassWatch(self.plan.pairs(), self.members, upto, last, block_len(self.plan))
         self.watch_round(upto)
 
     def watch_round(self, upto: int) -> None:
