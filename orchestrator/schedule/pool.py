@@ -26,12 +26,12 @@ from typing import Any
 from orchestrator.analysis.decision import ArmSample
 from orchestrator.analysis.oddphone import ClassWatch
 from orchestrator.analysis.pooled import block_len, planned_last, pooled_block, share
-
-__all__ = ["ClassPool", "classes", "fleet_chips", "pools_for", "share"]
 from orchestrator.analysis.sequential import FamilyLook, due, take_look
 from orchestrator.config.fleet import Fleet
 from orchestrator.config.plan import Plan
 from orchestrator.results.records import LookRecord, Manifest, TrialRecord
+
+__all__ = ["ClassPool", "classes", "fleet_chips", "pools_for", "share"]
 
 
 def fleet_chips(fleet: Fleet) -> dict[str, str]:
