@@ -4,7 +4,7 @@ Each device-night is one simulated A19-class phone (its own seed) running a nigh
 vs pinned reference, through the real scheduler, settle gate and sessions (`app.simulate`), then exactly
 what `orch nightly` does with it (`night.py`): the night's comparison (`night_rows` of the verdict table),
 the suspicious devices (`confirm.suspicious`) extended by a second simulated run of the extension plan
-(`confirm.extension_plan`, `after`, `decide`) and the alarm rule (`nightly.alarms`). The extension runs on
+(`confirm.plan_extensions`, `extension_plan`, `after`, `night_verdict`) and the alarm rule (`nightly.alarms`). The extension runs on
 the same simulated phone (same speed, thermal model and noise parameters) with its own noise seed, as a
 resumed run's noise is fresh; the phone starts it cool (a real phone starts warm and settles first).
 
@@ -44,12 +44,22 @@ from scipy.stats import beta  # noqa: E402
 
 from orchestrator import core  # noqa: E402
 from orchestrator.analysis import noise  # noqa: E402
-from orchestrator.analysis.confirm import after, decide, extension_blocks, extension_plan, suspicious  # noqa: E402
+from orchestrator.analysis.confirm import (  # noqa: E402
+    MIN_BUDGET_LEFT,
+    after,
+    budget_left,
+    extension_plan,
+    night_verdict,
+    plan_extensions,
+    suspicious,
+)
+from orchestrator.analysis.devicetime import device_time, prepare_seconds  # noqa: E402
 from orchestrator.analysis.nightly import alarms, night_rows, pin_builds, rule_of  # noqa: E402
 from orchestrator.analysis.prerun import night_caps  # noqa: E402
 from orchestrator.analysis.summary import verdicts  # noqa: E402
 from orchestrator.config import Fleet, Plan, load_plan  # noqa: E402
 from orchestrator.results.records import device_chips  # noqa: E402
+from orchestrator.schedule.pool import fleet_chips  # noqa: E402
 
 NIGHTLY = ROOT / "configs" / "plans" / "nightly.yaml"
 EXTENSION_SEED = 500_000  # the extension run's noise seed: the phone's seed + this
@@ -63,6 +73,7 @@ class Design:
     plan: Plan
     sigma: float = 0.06  # the simulated phones' per-launch noise
     registry: bool = False  # each phone's cap from its own A/A reading in a noise registry (else the plan's)
+    phones: int = 1  # phones of a chip class running the config: with more than one, siblings share an extension
 
 
 def designs() -> dict[str, Design]:
@@ -71,14 +82,20 @@ def designs() -> dict[str, Design]:
         {"name": "reference", "runtime": "rawloop-metal"}, {"name": "candidate", "runtime": "rawloop-metal"}]})
     return {"configs/plans/nightly.yaml": Design(shipped), "defaults (no decision, blocks or nightly fields)": Design(bare),
             "configs/plans/nightly.yaml, 9%-noise phones, caps from the noise registry": Design(shipped, 0.09, True),
-            "configs/plans/nightly.yaml, 9%-noise phones, the plan's cap (no registry)": Design(shipped, 0.09, False)}
+            "configs/plans/nightly.yaml, 9%-noise phones, the plan's cap (no registry)": Design(shipped, 0.09, False),
+            "configs/plans/nightly.yaml, 9%-noise phones in classes of 4, caps from the noise registry, siblings share "
+            "the extension": Design(shipped, 0.09, True, phones=4),
+            "configs/plans/nightly.yaml with budget_minutes 480 (8 device-hours a night), 9%-noise phones, caps from "
+            "the noise registry": Design(shipped.model_copy(update={"budget_minutes": 480.0}), 0.09, True)}
 
 
 def fleet(n: int, gap: float, seed0: int, seed_offset: int = 0, only: list[str] | None = None,
-          sigma: float = 0.06) -> Fleet:
+          sigma: float = 0.06, phones: int = 1) -> Fleet:
+    """``n`` simulated A19-class phones, ``phones`` to a chip class (each class its own, so one pools alone)."""
     ids = [f"a19-{seed0 + i}" for i in range(n)]
     return Fleet.model_validate({"name": "bench", "devices": [
-        {"id": d, "kind": "sim", "chip_class": "A19 Pro", "seed": int(d.split("-")[1]) + seed_offset,
+        {"id": d, "kind": "sim", "chip_class": f"A19 Pro #{(int(d.split('-')[1]) - seed0) // phones}",
+         "seed": int(d.split("-")[1]) + seed_offset,
          "bandwidth_gb_s": 60, "thermal": {"ambient_c": 24, "heat_c_per_s": 0.09}, "noise": {"sigma": sigma},
          "runtimes": {"rawloop-metal": {"decode_tok_s": 50.0, "builds": {"ref": 1.0, "cand": 1.0 - gap}}}}
         for d in ids if only is None or d in only
@@ -94,34 +111,54 @@ def registered(n: int, seed0: int, sigma: float) -> pd.DataFrame:
 
 
 def nights(design: Design, n: int, gap: float, seed0: int) -> pd.DataFrame:
-    """One row per device-night: the first run's comparison, the night's final one, and the launches run."""
+    """One row per device-night: the first run's comparison, the night's final one, the launches the night was
+    decided on and those each phone ran, and its class's busiest phone (what sets the night's wall time)."""
     pinned = pin_builds(design.plan, "ref", "cand")
     rule = rule_of(pinned)
-    f = fleet(n, gap, seed0, sigma=design.sigma)
+    f = fleet(n, gap, seed0, sigma=design.sigma, phones=design.phones)
+    chips = fleet_chips(f)
     registry = registered(n, seed0, design.sigma) if design.registry else pd.DataFrame()
-    caps, _ = night_caps(pinned, rule, [d.id for d in f.devices], registry, datetime.now(UTC))
-    manifest, _, trials = core.simulate(f, pinned)
+    caps, _ = night_caps(pinned, rule, list(chips), registry, datetime.now(UTC), chips)
+    manifest, records, trials = core.simulate(f, pinned)
+    used = minutes(trials, records, list(chips))
     first = night_rows(verdicts(trials, pinned, seed=manifest.seed), manifest, trials)
     final = first.set_index("device")
     launched = trials.groupby("device").size().astype(float) / 2
-    groups: dict[int, list[str]] = {}
-    for device, done in suspicious(first, rule, caps).items():
-        if (blocks := extension_blocks(pinned, rule, done, caps[device].launches_per_arm)) > 0:
-            groups.setdefault(blocks, []).append(device)
-    for k, (blocks, devices) in enumerate(sorted(groups.items())):
-        more = extension_plan(pinned, devices, blocks, seed=manifest.seed + 1 + k, of=manifest.run_id)
-        _, _, ext = core.simulate(fleet(n, gap, seed0, EXTENSION_SEED, devices, design.sigma), more)
-        later = after(trials, ext)
-        tonight = pd.concat([trials[trials["device"].isin(devices)], later], ignore_index=True)
-        rows = night_rows(decide(tonight, pinned, seed=manifest.seed), manifest, tonight).set_index("device")
-        final.loc[rows.index, rows.columns.drop("device", errors="ignore")] = rows
-        launched.loc[devices] += later.groupby("device").size().astype(float) / 2
+    spent = dict(used)  # device minutes of each phone tonight, its extension's included
+    exts = plan_extensions(pinned, rule, suspicious(first, rule, caps), caps, chips, list(chips))
+    shared = rule.confirm is not None and rule.confirm.siblings
+    for k, ext in enumerate(exts):  # as night._config_night does
+        left = budget_left(pinned, ext, used)
+        if left is not None and left < MIN_BUDGET_LEFT:
+            continue
+        more = extension_plan(pinned, ext, seed=manifest.seed + 1 + k, of=manifest.run_id, minutes_left=left)
+        _, ext_records, ext_trials = core.simulate(fleet(n, gap, seed0, EXTENSION_SEED, list(ext.devices),
+                                                         design.sigma, design.phones), more)
+        spent.update({d: spent[d] + m for d, m in minutes(ext_trials, ext_records, list(ext.devices)).items()})
+        later = after(trials, ext_trials)
+        for target in ext.targets:
+            helpers = [d for d in ext.devices if chips[d] == chips[target]] if shared else [target]
+            table, tonight = night_verdict(trials, later, target, helpers, pinned, seed=manifest.seed)
+            rows = night_rows(table, manifest, tonight).set_index("device")
+            final.loc[rows.index, rows.columns.drop("device", errors="ignore")] = rows
+        launched = launched.add(later.groupby("device").size().astype(float) / 2, fill_value=0)
     out = final.reset_index().assign(night="n1", first_p=first["p_one_sided_slower"].to_numpy(),
                                      launches_per_arm=launched.reindex(final.index).to_numpy())
+    busiest = launched.groupby(pd.Series(chips)).max()
+    hours = (pd.Series(spent) / 60).groupby(pd.Series(chips)).max()
     table = alarms(out, {pinned.name: rule}, reasons=False)
-    return table.assign(extended=table["device"].isin([d for g in groups.values() for d in g]),
+    return table.assign(extended=table["device"].isin([d for e in exts for d in e.targets]),
                         cap=table["device"].map(lambda d: caps[d].launches_per_arm),
-                        registered_sigma=table["device"].map(lambda d: caps[d].sigma or np.nan))
+                        registered_sigma=table["device"].map(lambda d: caps[d].sigma or np.nan),
+                        decided_on=table["n_candidate"].astype(float),
+                        busiest=table["device"].map(lambda d: busiest[chips[d]]),
+                        busiest_h=table["device"].map(lambda d: hours[chips[d]]))
+
+
+def minutes(trials: pd.DataFrame, records: list[Any], devices: list[str]) -> dict[str, float]:
+    """Each phone's device minutes in a simulated run (settle, launches, prepare), as `orch run` counts them."""
+    table = device_time(trials, prepare_seconds(records), devices)
+    return {str(d): float(m) for d, m in zip(table["device"], table["total_min"], strict=True)}
 
 
 def upper95(k: int, n: int) -> float:
@@ -158,6 +195,9 @@ def summary(table: pd.DataFrame, plan: Plan) -> dict[str, Any] | None:
     n = len(table)
     return {"n": n, "alarmed": alarmed, "rate": alarmed / n, "lo": lower95(alarmed, n), "hi": upper95(alarmed, n),
             "extended": float(table["extended"].mean()), "launches_per_arm": float(table["launches_per_arm"].mean()),
+            "decided_on": float(table["decided_on"].mean()), "busiest_mean": float(table["busiest"].mean()),
+            "busiest_max": float(table["busiest"].max()), "busiest_h": float(table["busiest_h"].mean()),
+            "busiest_h_max": float(table["busiest_h"].max()),
             "no_comparison": int(table["p_one_sided_slower"].isna().sum()),
             "consecutive_hits": hit, "grid": grid,
             "median_slowdown": float(np.nanmedian(slow)),
@@ -222,6 +262,13 @@ def load_previous() -> dict[str, Any]:
 CASES = (("quiet (no change)", "quiet"), ("5% regression, its first night", "regressed"))
 
 
+def busiest(s: dict[str, Any]) -> str:
+    """The busiest phone's launches per arm (a single phone's design measured before the column: its own)."""
+    if "busiest_mean" not in s:
+        return f"{s['launches_per_arm']:.1f} / - | -"
+    return f"{s['busiest_mean']:.1f} / {s['busiest_max']:.0f} | {s['busiest_h']:.1f} / {s['busiest_h_max']:.1f}"
+
+
 def write(res: dict[str, Any]) -> None:
     out = ROOT / "bench" / "results"
     meta = {"date": date.today().isoformat(), "machine": platform.machine(), "python": platform.python_version(),
@@ -240,21 +287,32 @@ def write(res: dict[str, Any]) -> None:
               "night decided on all its launches; the alarm rule with the plan's nightly fields (here: the defaults).",
               "Noise: 6% per launch (9% where the design says so), AR(1) 0.3, drift, 3% of launches throttled 25%.",
               "With the registry, each phone's reading comes from its own A/A run (configs/plans/aa-calibration.yaml,",
-              "its own noise seed) registered as `orch run` registers it. Intervals: Clopper-Pearson 95%.", "",
+              "its own noise seed) registered as `orch run` registers it. Intervals: Clopper-Pearson 95%.",
+              "In classes of 4 (4 phones of one chip class run the config), a suspicious phone's extension is shared",
+              "with its siblings (`nightly.confirm.siblings`, the default): what its cap needs, split between the",
+              "class's phones, and its night decided on its own first run and every phone's extension, stratified by",
+              "phone. The busiest phone's launches and device-hours (settle, launches, prepare: the simulated phone's",
+              "clock) set the night's wall time (a class's phones run in parallel; designs measured before that column",
+              "show '-').",
+              "With budget_minutes (a config's device time on a phone tonight) the extension gets what the first run",
+              "left, and the night is decided on what that allowed.",
+              "A device-night's row is its own: a class of 4 gives 4 device-nights.", "",
               "| design | phone noise | case | device-nights | alarmed on the night | 95% CI | nights extended | "
-              "cap (mean / max) | launches per arm (mean) |", "|---|---|---|---|---|---|---|---|---|"]
+              "cap (mean / max) | launches per arm decided on (mean) | busiest phone's launches per arm (mean / max) | "
+              "busiest phone's device-hours (mean / max) |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for label, r in res.items():
         for case, key in CASES:
             s = r.get(key)
             if s is None:
-                lines.append(f"| {label} | {100 * r['sigma']:.0f}% | {case} | not measured | | | | | |")
+                lines.append(f"| {label} | {100 * r['sigma']:.0f}% | {case} | not measured | | | | | | | |")
                 continue
             cap = f"{s['cap_mean']:.0f} / {s['cap_max']}" if "cap_mean" in s else "120 / 120"
             stopped = f" (of {s['command'].split('--' + key + ' ')[1].split()[0]} asked; stopped)" \
                 if s.get("stopped_after") else ""
             lines.append(f"| {label} | {100 * r['sigma']:.0f}% | {case} | {s['n']}{stopped} | {s['alarmed']} "
                          f"({100 * s['rate']:.2f}%) | {100 * s['lo']:.2f}-{100 * s['hi']:.2f}% | "
-                         f"{100 * s['extended']:.1f}% | {cap} | {s['launches_per_arm']:.1f} |")
+                         f"{100 * s['extended']:.1f}% | {cap} | {s.get('decided_on', s['launches_per_arm']):.1f} | "
+                         f"{busiest(s)} |")
     regs = [(label, r) for label, r in res.items() if r.get("registry")]
     for label, r in regs:
         g = r.get("regressed") or r.get("quiet")

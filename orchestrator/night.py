@@ -12,7 +12,7 @@ import contextlib
 import traceback
 import zlib
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from shlex import quote
@@ -21,13 +21,16 @@ import pandas as pd
 
 from orchestrator import core
 from orchestrator.analysis.confirm import (
+    MIN_BUDGET_LEFT,
     Cap,
     after,
-    decide,
+    budget_left,
     extends,
-    extension_blocks,
     extension_plan,
+    night_verdict,
+    plan_extensions,
     suspicious,
+    targets_of,
 )
 from orchestrator.analysis.nightly import (
     NightSummary,
@@ -40,7 +43,7 @@ from orchestrator.analysis.nightly import (
     unfinished,
 )
 from orchestrator.analysis.prerun import night_caps
-from orchestrator.config.plan import NightlyAlarm
+from orchestrator.config.plan import NightlyAlarm, Plan
 from orchestrator.report.nightly import junit_xml, markdown
 from orchestrator.results import history as history_db
 from orchestrator.results.history_rollup import refresh_rollups
@@ -53,6 +56,7 @@ from orchestrator.results.history_store import (
 )
 from orchestrator.results.store import RunDir, find_run, read_registry, write_atomic
 from orchestrator.results.trials import stop_records
+from orchestrator.schedule.pool import fleet_chips
 
 __all__ = ["NightlyOutcome", "resume_command", "run_night", "summarize", "write_reports"]
 
@@ -165,14 +169,16 @@ async def run_night(
     caps: dict[str, dict[str, Cap]] = {}
     noise_lines: list[str] = []
     for _, m in firsts:
-        caps[m.run_id], lines = night_caps(m.plan, rule_of(m.plan), [s.device for s in m.sessions], registry, now())
+        caps[m.run_id], lines = night_caps(m.plan, rule_of(m.plan), [s.device for s in m.sessions], registry, now(),
+                                           fleet_chips(m.fleet))
         noise_lines += [f"{m.plan.name}: {line}" for line in lines]
     for line in noise_lines:
         say(line)
     try:
         why: dict[tuple[str, str], str] = {}
+        log = NightLog()
         for run, _ in firsts:
-            why |= await _config_night(run, night, results, history, announce, caps[run.run_id])
+            why |= await _config_night(run, night, results, history, announce, caps[run.run_id], log)
         compact_night(history, night)
         refresh_rollups(history)  # nights from before rank's rollups get theirs once
         summary = summarize(history, night, planned, {m.plan.name: rule_of(m.plan) for _, m in firsts}, why)
@@ -184,7 +190,9 @@ async def run_night(
             write_reports(unfinished(night, planned, f"night {night} {what.splitlines()[0]}; finish it with: "
                                                      f"{again[0]}"), junit_path, md_path, detail)
         raise
-    write_reports(summary, junit_path, md_path, _noise_section(noise_lines))
+    write_reports(summary, junit_path, md_path, _section("Same-night confirmations", log.confirmed)
+                  + _section("Device time tonight (settle, launches, prepare)", log.device_time())
+                  + _section("Launch noise (the noise registry) and confirmation caps", noise_lines))
     return NightlyOutcome(summary=summary, run_ids=ids, junit_path=junit_path, summary_path=md_path)
 
 
@@ -202,50 +210,110 @@ def extensions_of(results: Path, run: RunDir, config: str) -> list[RunDir]:
     return found
 
 
-def _noise_section(lines: list[str]) -> str:
-    """summary.md's closing section: what each device's confirmation cap was sized from."""
+@dataclass
+class NightLog:
+    """What summary.md says of the night beyond the verdicts: each confirmation, each phone's device time."""
+
+    confirmed: list[str] = field(default_factory=list)
+    minutes: dict[str, dict[str, float]] = field(default_factory=dict)  # device -> what it ran -> device minutes
+
+    def spend(self, what: str, used: dict[str, float]) -> None:
+        for device, m in used.items():
+            mine = self.minutes.setdefault(device, {})
+            mine[what] = mine.get(what, 0.0) + m
+
+    def device_time(self) -> list[str]:
+        """A line per phone, busiest first: its device-hours tonight, and what they went to."""
+        busiest = sorted(self.minutes.items(), key=lambda kv: -sum(kv[1].values()))
+        return [f"{d}: {sum(m.values()) / 60:.1f} device-hours: "
+                + ", ".join(f"{what} {v / 60:.1f} h" for what, v in m.items()) for d, m in busiest]
+
+
+def _section(title: str, lines: list[str]) -> str:
+    """One of summary.md's closing sections (none without lines)."""
     if not lines:
         return ""
-    return "\n## Launch noise (the noise registry) and confirmation caps\n\n" + "".join(f"- {x}\n" for x in lines)
+    return f"\n## {title}\n\n" + "".join(f"- {x}\n" for x in lines)
 
 
 async def _config_night(run: RunDir, night: str, results: Path, history: Path,
-                        announce: Callable[[list[str]], None], caps: dict[str, Cap]) -> dict[tuple[str, str], str]:
-    """One config's night: its run, appended to the history; a suspicious comparison extended on the same
-    phones (by the extension runs an interrupted night already started, else new ones; each device up to its
-    cap in ``caps``) and decided on every launch of the night, that row appended after the first (the history
-    keeps a night's newest row per device)."""
+                        announce: Callable[[list[str]], None], caps: dict[str, Cap],
+                        log: NightLog) -> dict[tuple[str, str], str]:
+    """One config's night: its run, appended to the history; a suspicious comparison extended (by the
+    extension runs an interrupted night already started, else new ones, ``plan_extensions``: on the same phone
+    up to its cap in ``caps``, or shared with its siblings of the class) and decided on every launch of the
+    night, that row appended after the first (the history keeps a night's newest row per device). ``log``
+    gets a line per confirmed device (what was extended where, what the night was decided on) and each
+    phone's device minutes."""
     outcome = await core.execute(run)
     manifest = outcome.manifest
     plan, rule = manifest.plan, rule_of(manifest.plan)
     rows = night_rows(outcome.verdicts, manifest, outcome.trials)
     append_history(history, night, history_rows(outcome.trials, manifest), rows)
     why = _ended(run, manifest.plan.name, [s.device for s in manifest.sessions])
+    log.spend(plan.name, _used_minutes(outcome.sessions))
     extensions = extensions_of(results, run, plan.name)
-    if extensions:
-        announce([e.run_id for e in extensions])
-    else:
-        groups: dict[int, list[str]] = {}
-        for device, done in suspicious(rows, rule, caps).items():
-            cap = caps[device].launches_per_arm if device in caps else None
-            if (blocks := extension_blocks(plan, rule, done, cap)) > 0:
-                groups.setdefault(blocks, []).append(device)
-        for k, (blocks, devices) in enumerate(sorted(groups.items())):
-            more = extension_plan(plan, devices, blocks, seed=manifest.seed + 1 + k, of=run.run_id)
+    if not extensions:
+        planned = plan_extensions(plan, rule, suspicious(rows, rule, caps), caps, fleet_chips(manifest.fleet),
+                                  [s.device for s in manifest.sessions])
+        used = _used_minutes(outcome.sessions)
+        for k, one in enumerate(planned):
+            left = budget_left(plan, one, used)
+            if left is not None and left < MIN_BUDGET_LEFT:
+                log.confirmed.extend(f"{plan.name}: {d}: suspicious, not extended: its first run used its "
+                                     f"budget_minutes ({plan.budget_minutes:g}); the night is decided on the first run"
+                                     for d in one.targets)
+                continue
+            more = extension_plan(plan, one, seed=manifest.seed + 1 + k, of=run.run_id, minutes_left=left)
             extensions.append(core.start_run(core.new_manifest(
                 manifest.fleet, more, Path(manifest.fleet_file), Path(manifest.plan_file)), results))
-        if extensions:
-            announce([e.run_id for e in extensions])
+    if extensions:
+        announce([e.run_id for e in extensions])
+    first = rows.set_index("device")
     for ext in extensions:
         more_out = await core.execute(ext)
         devices = [s.device for s in more_out.manifest.sessions]
         later = after(outcome.trials, more_out.trials)
-        tonight = pd.concat([outcome.trials[outcome.trials["device"].isin(devices)], later], ignore_index=True)
-        table = decide(tonight, plan, seed=manifest.seed)
-        append_history(history, night, history_rows(later, manifest),
-                       night_rows(table, manifest, tonight).assign(run_id=ext.run_id))
+        chips = fleet_chips(more_out.manifest.fleet)
+        shared = rule.confirm is not None and rule.confirm.siblings
+        decided = []
+        budget = [d for d, why in more_out.stops.items() if why == "budget"]
+        for target in targets_of(more_out.manifest.plan):
+            helpers = [d for d in devices if chips.get(d, d) == chips.get(target, target)] if shared else [target]
+            table, tonight = night_verdict(outcome.trials, later, target, helpers, plan, seed=manifest.seed)
+            decided.append(night_rows(table, manifest, tonight).assign(run_id=ext.run_id))
+            took = max((_used_minutes(more_out.sessions).get(d, 0.0) for d in helpers), default=0.0)
+            log.confirmed.append(_confirmed(plan.name, target, first, decided[-1], helpers, ext.run_id,
+                                   more_out.manifest.plan, [d for d in helpers if d in budget], took))
+        log.spend(f"{plan.name}'s confirmation", _used_minutes(more_out.sessions))
+        append_history(history, night, history_rows(later, manifest), pd.concat(decided, ignore_index=True))
         why |= _ended(ext, plan.name, devices)
     return why
+
+
+def _used_minutes(sessions: pd.DataFrame) -> dict[str, float]:
+    """Each session's device minutes (the run's session table)."""
+    if not len(sessions):
+        return {}
+    return {str(d): float(m) for d, m in zip(sessions["device"], sessions["total_min"].fillna(0.0), strict=True)}
+
+
+def _confirmed(config: str, target: str, first: pd.DataFrame, row: pd.DataFrame, helpers: list[str], run_id: str,
+               more: Plan, spent: list[str], took: float) -> str:
+    """A confirmed device's line: its first run's suspicion, where it was extended (and which phones' budget
+    stopped it short; ``took``: the device minutes of its busiest phone's extension), what the night rests on."""
+    was = first.loc[target] if target in first.index else None
+    before = (f"p(slower)={was['p_one_sided_slower']:.2g} on {was['n_candidate']:.0f} launches per arm"
+              if was is not None else "its first run")
+    r = row.iloc[0]
+    over = (f" over {len(helpers)} phones of its class ({', '.join(helpers)}), stratified by phone"
+            if len(helpers) > 1 else "")
+    short = (f" ({', '.join(spent)} stopped at the budget_minutes left, {more.budget_minutes:.0f} min, before all "
+             "its blocks)" if spent and more.budget_minutes is not None else "")
+    return (f"{config}: {target}: suspicious ({before}); extended by run {run_id}, {more.blocks} blocks on "
+            f"{', '.join(helpers)}{short}, {took:.0f} device-minutes on the busiest; decided on "
+            f"{r['n_candidate']:.0f} launches per arm{over}: ratio {r['ratio']:.3f}, "
+            f"p(slower)={r['p_one_sided_slower']:.2g}")
 
 
 def _ended(run: RunDir, config: str, devices: list[str]) -> dict[tuple[str, str], str]:

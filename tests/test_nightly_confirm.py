@@ -4,11 +4,24 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pandas as pd
 import pytest
 from conftest import ROOT
 
-from orchestrator.analysis.confirm import EXTENSION, after, extends, extension_blocks, extension_plan, suspicious
+from orchestrator.analysis.confirm import (
+    EXTENSION,
+    Extension,
+    after,
+    extends,
+    extension_blocks,
+    extension_plan,
+    launches_for,
+    night_verdict,
+    plan_extensions,
+    suspicious,
+    targets_of,
+)
 from orchestrator.analysis.nightly import alarms, check_plan
 from orchestrator.config import Plan, load_plan
 from orchestrator.config.plan import NightlyAlarm, NightlyConfirm
@@ -70,11 +83,64 @@ def test_which_nights_are_extended_and_by_how_much(nightly: Plan) -> None:
     assert extension_blocks(nightly, rule, 40) == 40  # to 120 per arm
     assert extension_blocks(nightly, rule, 116) == 0  # 2 blocks left: fewer than a plan may have
     assert extension_blocks(nightly, NightlyAlarm(confirm=None), 40) == 0
-    more = extension_plan(nightly, ["a"], 40, seed=7, of="20260301-010203-nightly-decode-abcd")
+    more = extension_plan(nightly, Extension(("a",), 40, ("a",)), seed=7, of="20260301-010203-nightly-decode-abcd")
     assert more.blocks == 40 and more.devices == ["a"] and more.seed == 7 and more.name == nightly.name
     assert more.decision.adaptive is None and more.decision.sequential is None
     assert more.description.startswith(EXTENSION) and more.arms == nightly.arms
     assert extends(more) == "20260301-010203-nightly-decode-abcd" and extends(nightly) is None
+    assert targets_of(more) == ["a"]
+    shared = extension_plan(nightly, Extension(("a", "b", "c"), 14, ("a",)), seed=7, of="r1")
+    assert shared.devices == ["a", "b", "c"] and targets_of(shared) == ["a"]
+    assert "shared with b, c" in shared.description
+    old = nightly.model_copy(update={"description": f"{EXTENSION}r1: 40 more blocks of x", "devices": ["a", "b"]})
+    assert targets_of(old) == ["a", "b"]  # written before siblings shared: every device it ran on decides
+
+
+def test_siblings_share_a_suspicious_nights_extension(nightly: Plan) -> None:
+    rule = NightlyAlarm()
+    chips = {"a": "A19", "b": "A19", "c": "A19", "d": "A19", "solo": "A17"}
+    devices = list(chips)
+    caps = {d: launches_for(rule, None) for d in devices}
+    # One suspicious phone of four: the 80 launches per arm it lacks (40 blocks of 2 per arm) over 4 phones.
+    (ext,) = plan_extensions(nightly, rule, {"b": 40}, caps, chips, devices)
+    assert ext == Extension(("b", "a", "c", "d"), 10, ("b",))
+    # The solo phone alone in its class runs its own 40 blocks; without siblings every suspect runs its own.
+    got = plan_extensions(nightly, rule, {"b": 40, "solo": 40}, caps, chips, devices)
+    assert got == [Extension(("b", "a", "c", "d"), 10, ("b",)), Extension(("solo",), 40, ("solo",))]
+    alone = NightlyAlarm(confirm=NightlyConfirm(siblings=False))
+    assert plan_extensions(nightly, alone, {"b": 40, "c": 40}, caps, chips, devices) == [
+        Extension(("b", "c"), 40, ("b", "c"))]
+    # A noisy phone's need (232 per arm: 96 blocks) no longer waits on one phone's night: 24 blocks each.
+    noisy = {**caps, "a": launches_for(rule, 0.09)}
+    assert plan_extensions(nightly, rule, {"a": 40}, noisy, chips, devices) == [
+        Extension(("a", "b", "c", "d"), 24, ("a",))]
+    # Only as many phones as can run a whole plan's least blocks (6): 10 blocks left -> one phone.
+    assert plan_extensions(nightly, rule, {"a": 100}, caps, chips, devices) == [Extension(("a",), 10, ("a",))]
+    assert plan_extensions(nightly, rule, {"a": 116}, caps, chips, devices) == []
+    assert plan_extensions(nightly, NightlyAlarm(confirm=None), {"a": 40}, caps, chips, devices) == []
+
+
+def test_a_night_confirmed_over_siblings_is_stratified_by_phone(nightly: Plan) -> None:
+    """Two phones whose speeds differ by 30% but whose candidate is 5% slower on both: stratified by phone the
+    night sees the 5% (pooling the phones' launches unstratified would drown it in the 30%)."""
+    rng = np.random.default_rng(3)
+    rows = []
+    for device, speed in (("a", 50.0), ("b", 65.0)):
+        for block in range(30):
+            for seq, (arm, f) in enumerate((("reference", 1.0), ("candidate", 0.95))):
+                rows.append({"device": device, "block": block, "seq": 2 * block + seq, "arm": arm,
+                             "decode_tok_s": speed * f * math.exp(rng.normal(0, 0.03)),
+                             "status": "ok", "excluded": None})
+    trials = pd.DataFrame(rows)
+    plan = nightly.model_copy(update={"arms": [nightly.arms[0].model_copy(update={"name": "reference"}),
+                                               nightly.arms[1].model_copy(update={"name": "candidate"})]})
+    first, later = trials[trials["block"] < 10], trials[trials["block"] >= 10]
+    row, tonight = night_verdict(first, later, "a", ["a", "b"], plan, seed=1)
+    assert len(tonight) == 20 + 40 + 40 and set(tonight["device"]) == {"a", "b"}
+    (r,) = row.to_dict("records")
+    assert r["device"] == "a" and r["n_candidate"] == 50 and 0.93 < r["ratio"] < 0.97 and r["p_one_sided_slower"] < 1e-3
+    alone, mine = night_verdict(first, later, "a", ["a"], plan, seed=1)
+    assert set(mine["device"]) == {"a"} and alone.iloc[0]["n_candidate"] == 30
 
 
 def test_the_extension_follows_the_first_runs_blocks_per_device() -> None:

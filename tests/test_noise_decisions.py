@@ -25,6 +25,7 @@ from orchestrator.cli_analysis import register
 from orchestrator.config import load_plan
 from orchestrator.config.loader import ConfigError
 from orchestrator.config.plan import NightlyAlarm, NightlyConfirm
+from orchestrator.results.history import load_nights
 from orchestrator.results.store import RunDir, write_registry
 
 NOW = datetime(2026, 6, 10, 12, 0, tzinfo=UTC)
@@ -152,15 +153,41 @@ def test_a_noisier_phone_is_confirmed_on_more_launches_and_the_night_says_why(tm
     assert said.index("nightly-decode: loud: launch noise") < said.index("Nightly 2026-06-10")  # before the night
     md = (results / "nightly" / "2026-06-10" / "summary.md").read_text()
     assert "## Launch noise (the noise registry) and confirmation caps" in md and "231 launches per arm" in md
-    # The extension runs: the loud phone's brings its 40 launches per arm to 232 (96 blocks: 231 rounded up to a
-    # whole block), the calm one's to the plan's 120 (40 blocks).
-    per_device: dict[str, int] = {}
+    # Both phones are A19 Pro: the night's extension is shared. The loud phone's noise needs 231 launches per arm
+    # in all: 191 more (96 blocks of 2 per arm), 48 blocks on each phone; each night decided over both phones.
+    assert per_device(results) == {"loud": 96, "calm": 96}
+    assert "A19 Pro: loud, calm share a suspicious night's extension" in said, said
+    assert "## Same-night confirmations" in md
+    hours = re.search(r"## Device time tonight .*\n\n- (\w+): ([\d.]+) device-hours: nightly-decode ([\d.]+) h, "
+                      r"nightly-decode's confirmation ([\d.]+) h\n", md)
+    assert hours and hours[1] in ("loud", "calm"), md
+    assert math.isclose(float(hours[2]), float(hours[3]) + float(hours[4]), abs_tol=0.11), md
+    for device in ("loud", "calm"):
+        assert re.search(rf"nightly-decode: {device}: suspicious \(p\(slower\)=.* on 40 launches per arm\); extended "
+                         r"by run \S+, 48 blocks on loud, calm, \d+ device-minutes on the busiest; decided on 232 "
+                         r"launches per arm over 2 phones of its class \(loud, calm\), stratified by phone", md), md
+    # Without siblings each phone is extended on itself: the loud one to 232 (96 blocks: 231 rounded up to a whole
+    # block), the calm one to the plan's 120 (40 blocks).
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    write_registry(alone, registry(("loud", 0.09, 118, "aa-2", now - timedelta(days=1)), model=model))
+    plan.write_text(plan.read_text() + "nightly:\n  confirm: {siblings: false}\n")
+    res = runner.invoke(app, ["nightly", "--fleet", str(fleet), "--plan", str(plan), "--reference", "ref",
+                              "--candidate", "slow", "--night", "2026-06-10", "--results", str(alone)])
+    assert res.exit_code == 1, res.output
+    assert per_device(alone) == {"loud": 192, "calm": 80}
+    assert "share a suspicious night's extension" not in res.output
+
+
+def per_device(results: Path) -> dict[str, int]:
+    """Launches per arm each device ran in the night's extension runs."""
+    out: dict[str, int] = {}
     for path in results.glob("*/manifest.json"):
         m = RunDir(path.parent).manifest()
         if extends(m.plan) is not None:
             for s in m.sessions:
-                per_device[s.device] = m.plan.launches_per_arm()
-    assert per_device == {"loud": 192, "calm": 80}, per_device
+                out[s.device] = out.get(s.device, 0) + m.plan.launches_per_arm()
+    return out
 
 
 def test_night_caps_say_when_the_noise_needs_more_than_the_plan_allows() -> None:
@@ -170,3 +197,40 @@ def test_night_caps_say_when_the_noise_needs_more_than_the_plan_allows() -> None
     assert caps["p"].launches_per_arm == 360 and caps["p"].short
     assert re.search(r"needs 728 launches per arm .* allows 360: a regression may need a second night", lines[0])
     assert night_caps(plan, NightlyAlarm(confirm=None), ["p"], pd.DataFrame(), NOW)[1] == []
+
+
+def test_a_nights_budget_bounds_its_confirmation_and_the_summary_says_so(tmp_path: Path) -> None:
+    """budget_minutes is a config's device time on a phone tonight: the extension gets what the first run left,
+    stops there (the night decided on what it allowed), and with nothing left the night is not extended."""
+    fleet = tmp_path / "lab.yaml"
+    fleet.write_text("name: lab\ndevices:\n"
+                     "  - {id: p, kind: sim, chip_class: A19 Pro, seed: 23, bandwidth_gb_s: 60,\n"
+                     "     runtimes: {rawloop-metal: {decode_tok_s: 55.0, builds: {ref: 1.0, slow: 0.9}}}}\n")
+    app, runner = nightly_cli()
+    said = {}
+    for budget in (200, 60):
+        plan = tmp_path / f"nightly-{budget}.yaml"
+        plan.write_text(NIGHTLY.read_text().replace("devices: [iphone17pro]", "devices: [p]")
+                        + f"budget_minutes: {budget}\n")
+        results = tmp_path / f"r{budget}"
+        res = runner.invoke(app, ["nightly", "--fleet", str(fleet), "--plan", str(plan), "--reference", "ref",
+                                  "--candidate", "slow", "--night", "2026-06-10", "--results", str(results)])
+        assert res.exit_code in (0, 1), res.output
+        said[budget] = " ".join((results / "nightly" / "2026-06-10" / "summary.md").read_text().split())
+        runs = [RunDir(m.parent) for m in results.glob("*/manifest.json")]
+        extension = [r for r in runs if extends(r.manifest().plan) is not None]
+        if budget == 200:
+            (ext,) = extension
+            first = next(r for r in runs if r is not ext)
+            left = ext.manifest().plan.budget_minutes
+            assert left is not None and 0 < left < 200, left  # what the first run left of the 200 minutes
+            assert first.manifest().plan.budget_minutes == 200
+            (row,) = load_nights(results / "history").to_dict("records")
+            assert row["run_id"] == ext.run_id and row["n_candidate"] < 120, row  # short of the cap: the budget
+        else:
+            assert extension == [], said[budget]
+    assert re.search(r"p: suspicious \(.*\); extended by run \S+, 40 blocks on p \(p stopped at the budget_minutes "
+                     r"left, \d+ min, before all its blocks\), \d+ device-minutes on the busiest; decided on \d+ "
+                     r"launches per arm", said[200]), said[200]
+    assert ("p: suspicious, not extended: its first run used its budget_minutes (60); the night is decided on the "
+            "first run") in said[60], said[60]

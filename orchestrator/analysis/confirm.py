@@ -1,10 +1,18 @@
 """Same-night confirmation of a nightly comparison (pure: what to extend, and the night's decision).
 
 A night whose comparison looks suspicious (one-sided p(slower) < ``confirm.suspicious_p``) gets more
-blocks on the same phone, up to ``confirm.launches_per_arm`` in all (an extension run of the same
-config, fixed design, its own seed); the night is then decided on every launch it made (the first
-run's blocks followed by the extension's, one fixed analysis by the plan's estimator), and the alarm
-rule reads that row. Not suspicious: the night's row is the first run's, as without confirmation.
+blocks, up to ``confirm.launches_per_arm`` in all (an extension run of the same config, fixed design, its
+own seed); the night is then decided on every launch it made (the first run's blocks followed by the
+extension's, one fixed analysis by the plan's estimator), and the alarm rule reads that row. Not
+suspicious: the night's row is the first run's, as without confirmation.
+
+Where the config runs on other phones of the device's chip class (``confirm.siblings``, the default), they
+share the extension (``plan_extensions``): the launches the night needs are split between the suspicious
+phone and its siblings, each running its share as its own interleaved, settled session, so the night's
+confirmation takes about 1/k of one phone's hours. The device's night is then decided on its own first run and
+every phone's extension, stratified by phone (blocks nested in their phone, as a pooled class verdict,
+``analysis.pooled``): it answers "is the candidate slower on this class tonight", which is what a build's
+regression is. A phone alone in its class, or ``siblings: false``, is extended on itself.
 
 The cap is sized per device from the noise registry (``launches_for``): ``launches_per_arm`` was measured
 to alarm a 5% regression on its first night on phones whose registered noise is ``confirm.sigma``; a noisier
@@ -26,11 +34,13 @@ from dataclasses import dataclass
 import pandas as pd
 from scipy.stats import norm
 
-from orchestrator.analysis.summary import verdicts
+from orchestrator.analysis.pooled import class_verdicts
+from orchestrator.analysis.summary import VERDICT_COLUMNS, verdicts
 from orchestrator.config.plan import MAX_BLOCKS, PAIRED, NightlyAlarm, Plan
 
-__all__ = ["EXTENSION", "MIN_EXTENSION_BLOCKS", "Cap", "after", "decide", "extends", "extension_blocks",
-           "extension_plan", "launches_for", "suspicious"]
+__all__ = ["EXTENSION", "MIN_BUDGET_LEFT", "MIN_EXTENSION_BLOCKS", "Cap", "Extension", "after", "budget_left",
+           "decide", "extends", "extension_blocks", "extension_plan", "launches_for", "night_verdict",
+           "plan_extensions", "suspicious", "targets_of"]
 
 EXTENSION = "same-night confirmation of "  # an extension plan's description begins so
 MIN_EXTENSION_BLOCKS = 6  # a plan's least blocks: fewer left to the cap, the night is decided on what it has
@@ -87,14 +97,82 @@ def extension_blocks(plan: Plan, rule: NightlyAlarm, done: int, cap: int | None 
     return blocks if blocks >= MIN_EXTENSION_BLOCKS else 0
 
 
-def extension_plan(plan: Plan, devices: list[str], blocks: int, *, seed: int, of: str) -> Plan:
-    """The extension run's plan: the same arms and trial, ``blocks`` more on ``devices``, one fixed analysis
-    (validated as any plan); its description names the run it extends (``of``, see ``extends``)."""
+@dataclass(frozen=True)
+class Extension:
+    """One extension run: ``blocks`` more on each of ``devices``, deciding the nights of ``targets`` (the
+    suspicious devices among them; the others are their siblings, sharing the blocks)."""
+
+    devices: tuple[str, ...]
+    blocks: int
+    targets: tuple[str, ...]
+
+
+def plan_extensions(plan: Plan, rule: NightlyAlarm, suspects: dict[str, int], caps: dict[str, Cap],
+                    chips: dict[str, str], devices: list[str]) -> list[Extension]:
+    """The night's extension runs for the ``suspects`` (``suspicious``: device -> launches per arm it has), one
+    per number of blocks a phone runs. A phone alone in its class (or without ``confirm.siblings``) is extended
+    to its cap (``caps``, else the rule's). A class of several phones among ``devices`` (``chips``: device ->
+    class) shares what its suspicious phones need (the largest of their caps, uncut by ``max_launches_per_arm``,
+    less the fewest launches they have): split between as many of its phones as have at least
+    ``MIN_EXTENSION_BLOCKS`` each, the suspicious ones first, no phone's night above ``max_launches_per_arm``."""
+    c = rule.confirm
+    if c is None:
+        return []
+    per_block = 2 if plan.order in PAIRED else 1
+    groups: dict[int, tuple[list[str], list[str]]] = {}
+
+    def add(blocks: int, helpers: list[str], targets: list[str]) -> None:
+        run, decided = groups.setdefault(blocks, ([], []))
+        run.extend(helpers)
+        decided.extend(targets)
+
+    classes: dict[str, list[str]] = {}
+    for d in devices:
+        classes.setdefault(chips.get(d, d), []).append(d)
+    for members in classes.values():
+        mine = [d for d in members if d in suspects]
+        if not c.siblings or len(members) == 1:
+            for d in mine:
+                if (blocks := extension_blocks(plan, rule, suspects[d], caps[d].launches_per_arm
+                                               if d in caps else None)) > 0:
+                    add(blocks, [d], [d])
+            continue
+        if not mine:
+            continue
+        need = max(caps[d].needed if d in caps else c.launches_per_arm for d in mine)
+        total = math.ceil(max(0, need - min(suspects[d] for d in mine)) / per_block)
+        if total < MIN_EXTENSION_BLOCKS:
+            continue
+        helpers = [*mine, *(d for d in members if d not in mine)][:min(len(members), total // MIN_EXTENSION_BLOCKS)]
+        room = (c.max_launches_per_arm - max(suspects[d] for d in mine)) // per_block
+        add(min(MAX_BLOCKS, math.ceil(total / len(helpers)), max(room, MIN_EXTENSION_BLOCKS)), helpers, mine)
+    return [Extension(tuple(run), blocks, tuple(decided)) for blocks, (run, decided) in sorted(groups.items())]
+
+
+def extension_plan(plan: Plan, ext: Extension, *, seed: int, of: str, minutes_left: float | None = None) -> Plan:
+    """The extension run's plan: the same arms and trial, ``ext.blocks`` more on ``ext.devices``, one fixed
+    analysis (validated as any plan); its description names the run it extends (``of``, see ``extends``) and
+    the devices whose nights it decides (``targets_of``). A plan with ``budget_minutes`` (a config's device time
+    on a phone tonight) gives its extension what the first run left of it (``minutes_left``, see ``budget_left``)."""
     fields = plan.model_dump(mode="json")
     fields["decision"] = {**fields["decision"], "adaptive": None, "sequential": None}
-    fields.update(blocks=blocks, devices=devices, seed=seed, pool_by=None,
-                  description=f"{EXTENSION}{of}: {blocks} more blocks of {plan.name}")
+    shared = [d for d in ext.devices if d not in ext.targets]
+    fields.update(blocks=ext.blocks, devices=list(ext.devices), seed=seed, pool_by=None,
+                  budget_minutes=minutes_left if plan.budget_minutes is not None else None,
+                  description=f"{EXTENSION}{of}: {ext.blocks} more blocks of {plan.name} for {', '.join(ext.targets)}"
+                  + (f" (shared with {', '.join(shared)})" if shared else ""))
     return Plan.model_validate(fields)
+
+
+def budget_left(plan: Plan, ext: Extension, used_min: dict[str, float]) -> float | None:
+    """What a plan's ``budget_minutes`` leaves for ``ext`` after the first run (``used_min``: device -> its
+    session's device minutes): the least any of its phones has left (None: no budget; 0: none left)."""
+    if plan.budget_minutes is None:
+        return None
+    return max(0.0, min(plan.budget_minutes - used_min.get(d, 0.0) for d in ext.devices))
+
+
+MIN_BUDGET_LEFT = 1.0  # minutes: with less left of a budget no extension starts (its first trial could not)
 
 
 def extends(plan: Plan) -> str | None:
@@ -102,6 +180,15 @@ def extends(plan: Plan) -> str | None:
     if not plan.description.startswith(EXTENSION):
         return None
     return plan.description.removeprefix(EXTENSION).split(":", 1)[0]
+
+
+def targets_of(plan: Plan) -> list[str]:
+    """The devices whose nights an extension plan decides (its description's "for ..."; an extension written
+    before siblings shared them: every device it ran on)."""
+    words = plan.description.split(" for ", 1)
+    if len(words) < 2:
+        return list(plan.devices or [])
+    return [d.strip() for d in words[1].split(" (shared with ", 1)[0].split(",")]
 
 
 def after(first: pd.DataFrame, extension: pd.DataFrame) -> pd.DataFrame:
@@ -119,6 +206,22 @@ def after(first: pd.DataFrame, extension: pd.DataFrame) -> pd.DataFrame:
 def decide(trials: pd.DataFrame, plan: Plan, *, seed: int) -> pd.DataFrame:
     """The verdict table of a night's trials (first run and extension) by one fixed analysis of the plan's
     estimator: the rows that replace the first run's for the extended devices."""
-    rule = plan.decision.model_copy(update={"adaptive": None, "sequential": None})
-    fixed = plan.model_copy(update={"decision": rule})
-    return verdicts(trials, fixed, seed=seed)
+    return verdicts(trials, _fixed(plan), seed=seed)
+
+
+def night_verdict(first: pd.DataFrame, later: pd.DataFrame, target: str, helpers: list[str], plan: Plan, *,
+                  seed: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """``target``'s night decided on its first run's trials and the extension's on ``helpers`` (``later``, as
+    ``after`` numbers them): its verdict row (one fixed analysis; over several phones stratified by phone, the
+    row named for ``target``) and the trials it rests on."""
+    tonight = pd.concat([first[first["device"] == target], later[later["device"].isin(helpers)]], ignore_index=True)
+    if set(helpers) <= {target}:
+        return decide(tonight, plan, seed=seed), tonight
+    pooled = _fixed(plan).model_copy(update={"pool_by": "chip_class"})
+    table = class_verdicts(tonight, pooled, dict.fromkeys(map(str, tonight["device"].unique()), target), seed=seed)
+    return table.assign(device=target)[VERDICT_COLUMNS], tonight
+
+
+def _fixed(plan: Plan) -> Plan:
+    return plan.model_copy(update={"decision": plan.decision.model_copy(update={"adaptive": None,
+                                                                                "sequential": None})})

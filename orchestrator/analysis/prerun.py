@@ -54,11 +54,13 @@ def mde_notes(plan: Plan, devices: Iterable[str], registry: pd.DataFrame, now: d
 
 
 def night_caps(plan: Plan, rule: NightlyAlarm, devices: Iterable[str], registry: pd.DataFrame,
-               now: datetime) -> tuple[dict[str, Cap], list[str]]:
-    """Each device's same-night confirmation cap from its registered noise, and the lines that say so."""
+               now: datetime, chips: dict[str, str] | None = None) -> tuple[dict[str, Cap], list[str]]:
+    """Each device's same-night confirmation cap from its registered noise, and the lines that say so (with
+    ``chips``, device -> class: which phones share a suspicious night's extension, ``confirm.siblings``)."""
     c = rule.confirm
     caps: dict[str, Cap] = {}
-    lines: list[str] = []
+    devices = list(devices)
+    lines = _siblings(rule, devices, chips or {})
     for device, e in _entries(plan, devices, registry, now).items():
         cap = launches_for(rule, None if e is None else e.sigma)
         caps[device] = cap
@@ -82,3 +84,15 @@ def night_caps(plan: Plan, rule: NightlyAlarm, devices: Iterable[str], registry:
         lines.append(f"{device}: launch noise {e.basis()}: {sized}")
         lines += _flag(e)
     return caps, lines
+
+
+def _siblings(rule: NightlyAlarm, devices: list[str], chips: dict[str, str]) -> list[str]:
+    if rule.confirm is None or not rule.confirm.siblings:
+        return []
+    classes: dict[str, list[str]] = {}
+    for d in devices:
+        classes.setdefault(chips.get(d, d), []).append(d)
+    return [f"{chip}: {', '.join(members)} share a suspicious night's extension (nightly.confirm.siblings): each runs "
+            f"a share of the blocks, and that night is decided over the {len(members)} phones, stratified by phone "
+            "(the launches per arm below are the night's in all)"
+            for chip, members in classes.items() if len(members) > 1]

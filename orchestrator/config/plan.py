@@ -208,9 +208,10 @@ class DecisionRule(Strict):
 
 class NightlyConfirm(Strict):
     """Same-night confirmation: a night whose comparison looks suspicious (one-sided p(slower) <
-    `suspicious_p`) gets more blocks on the same phone, up to `launches_per_arm` in all (more on a device whose
-    registered noise exceeds `sigma`, up to `max_launches_per_arm`), and is then decided on every launch of the
-    night: the alarm fires at p < `p` with a slowdown >= `slowdown`.
+    `suspicious_p`) gets more blocks, up to `launches_per_arm` in all (more on a device whose registered noise
+    exceeds `sigma`, up to `max_launches_per_arm` on one phone), on the same phone or, with `siblings`, shared
+    with the other phones of its chip class in the config, and is then decided on every launch of the night: the
+    alarm fires at p < `p` with a slowdown >= `slowdown`.
     Defaults chosen in bench/results/nightly_confirm.md (a first set of simulated nights, then checked
     on fresh ones): p < 0.001 let 1 of 4000 quiet nights alarm, p < 0.0001 none, and still alarms a 5%
     regression on its first night in about 96% of cases."""
@@ -228,6 +229,10 @@ class NightlyConfirm(Strict):
     max_launches_per_arm: int = Field(
         default=360, ge=12, le=MAX_LAUNCHES_PER_ARM, description="The most a noisy device's night is extended to "
         "(360 at 120 launches per arm and sigma 6.5%: noise up to 11.3% keeps the first-night detection)")
+    siblings: bool = Field(
+        default=True, description="Share a suspicious night's extension with the other phones of its chip class in "
+        "the same config (each runs a share of the blocks; the device's night is then decided on its own first run and "
+        "every phone's extension, stratified by phone): the night's confirmation takes a fraction of one phone's hours")
 
     @model_validator(mode="after")
     def _confirmable(self) -> NightlyConfirm:
@@ -323,7 +328,9 @@ class Plan(Strict):
         "and is checked there once. Ignored without pool_by")
     budget_minutes: float | None = Field(
         default=None, gt=0, le=7 * 24 * 60, description="Device time each session may use (prepare, settle, "
-        "launches), minutes: no trial starts once it is spent (stop reason `budget`); the verdicts are what it allowed")
+        "launches), minutes: no trial starts once it is spent (stop reason `budget`); the verdicts are what it "
+        "allowed. In a nightly plan, the config's device time on a phone tonight: a same-night confirmation gets "
+        "what the first run left")
 
     @field_validator("arms")
     @classmethod
