@@ -5,8 +5,11 @@ chip class per repetition so every class pools alone) under `pool_by: chip_class
 rule, through the real scheduler, settle gate, sessions, class pools and the class verdict table.
 Beside it, the same number of single phones with the same defaults (one phone answers alone). Cases:
 no difference, a true 5% gap, and a class where one phone's candidate is 8% off its siblings'
-(heterogeneity: how often the class table flags it). Wall time of a class = its slowest member's
-device time (they run in parallel); of a single phone = its own.
+(heterogeneity: how often the class table flags it, names that phone, and how many rounds the class kept
+going for it). Wall time of a class = its slowest member's device time (they run in parallel); of a single
+phone = its own. Beside the flag the class took, two single checks on the same trials (everything each class
+ran): Kruskal-Wallis (the flag before), a one-way ANOVA and the rank contrast alone, to compare the tests on the
+same classes.
 
 Writes bench/results/pooled.md and .json. Usage: python bench/bench_pooled.py [--reps N] [--phones K]
 """
@@ -22,7 +25,9 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
+from scipy import stats
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -31,7 +36,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 from bench_adaptive import ci95  # noqa: E402
 
 from orchestrator import core  # noqa: E402
-from orchestrator.analysis.pooled import class_verdicts  # noqa: E402
+from orchestrator.analysis.oddphone import HETEROGENEITY_P, effect_check  # noqa: E402
+from orchestrator.analysis.pooled import LEVEL_P, class_verdicts  # noqa: E402
 from orchestrator.analysis.summary import verdicts  # noqa: E402
 from orchestrator.config import Fleet, Plan  # noqa: E402
 from orchestrator.schedule.pool import fleet_chips  # noqa: E402
@@ -84,6 +90,27 @@ def chunked(reps: int, phones: int, gap: float, odd: float | None, seed0: int, p
     return manifest, pd.concat(trials, ignore_index=True), pd.concat(tables, ignore_index=True)
 
 
+def single_checks(trials: pd.DataFrame) -> dict[str, float]:
+    """Share of classes each test flags once on every trial the class ran (each phone's block differences of log
+    decode tok/s): Kruskal-Wallis and one-way ANOVA (pooled residual variance) at p < 0.01, the rank contrast
+    at its per-check p < HETEROGENEITY_P."""
+    kw, anova, contrast = [], [], []
+    ok = trials[trials["excluded"].isna() & trials["decode_tok_s"].notna()]
+    for _, c in ok.groupby(ok["device"].str.split("-").str[0]):
+        effects = {}
+        for d, g in c.groupby("device"):
+            m = g.assign(v=np.log(g["decode_tok_s"].astype(float))).pivot_table(
+                index="block", columns="arm", values="v", aggfunc="mean").dropna()
+            if {"engine", "candidate"} <= set(m.columns):
+                effects[d] = (m["candidate"] - m["engine"]).to_numpy()
+        groups = [e for e in effects.values() if len(e) >= 2]
+        kw.append(len(groups) >= 2 and float(stats.kruskal(*groups).pvalue) < 0.01)
+        anova.append(len(groups) >= 2 and float(stats.f_oneway(*groups).pvalue) < 0.01)
+        contrast.append(effect_check(effects)[0] < HETEROGENEITY_P)
+    return {"kruskal_all_trials": float(np.mean(kw)), "anova_all_trials": float(np.mean(anova)),
+            "contrast_all_trials": float(np.mean(contrast))}
+
+
 def measure(case: str, reps: int, phones: int, chunk: int) -> dict[str, Any]:
     gap, odd = CASES[case]
     p = plan(True)
@@ -99,10 +126,16 @@ def measure(case: str, reps: int, phones: int, chunk: int) -> dict[str, Any]:
         "class_wall_hours": float(wall.mean()), "class_device_hours": float(hours.sum() / reps),
         "launches_per_arm_per_phone": float(launches.mean()),
         "class_n_per_arm": float(table["n_baseline"].mean()),
-        "flagged_heterogeneous": float((table["heterogeneous"].fillna("") != "").mean()),
-        "odd_phone_named": float(table["heterogeneous"].fillna("").str.contains(
-            f"p{phones - 1} stands furthest", regex=False).mean()),
+        "flagged_effect": float((table["effect_check"] == "flagged").mean()),
+        "flagged_heterogeneous": float(((table["effect_check"] == "flagged")
+                                        | (table["level_heterogeneity_p"] < LEVEL_P)).mean()),
+        "odd_phone_named": float(table["odd_phone"].fillna("").astype(str).str.endswith(f"-p{phones - 1}").mean()),
+        "kept_going": float((table["rounds_kept"] > 0).mean()),
+        "rounds_kept": float(table["rounds_kept"].mean()),
+        "rounds_kept_when": float(table.loc[table["rounds_kept"] > 0, "rounds_kept"].mean())
+        if (table["rounds_kept"] > 0).any() else 0.0,
     }
+    out.update(single_checks(trials))
     if odd is None:  # the same defaults, one phone alone per repetition
         sp = plan(False)
         _, t1, v1 = chunked(reps, 1, gap, None, 40_000 + int(1000 * gap), sp, chunk)
@@ -127,6 +160,14 @@ def main() -> None:
     write(rows, args.reps, args.phones)
 
 
+HISTORY = [
+    "", "Earlier flags, measured with the same command on classes that stopped at their answer: Kruskal-Wallis at",
+    "p < 0.01 (commit 596b8ed) flagged the 8%-off phone in 46.0% of classes (1.5% any flag under no difference); each",
+    "phone against its siblings by Welch's t as well (commit 7d462df) in 43.0%. Kruskal-Wallis flagged 51% before",
+    "the members kept in step (a class that stops sooner gives each phone's own interval less to rest on).",
+]
+
+
 def write(rows: list[dict[str, Any]], reps: int, phones: int) -> None:
     out = ROOT / "bench" / "results"
     meta = {"date": date.today().isoformat(), "machine": platform.machine(), "python": platform.python_version(),
@@ -138,8 +179,8 @@ def write(rows: list[dict[str, Any]], reps: int, phones: int) -> None:
              f"{reps} single phones with the same defaults. Wall time: a class's slowest member (they run in parallel).",
              "Rates with Wilson 95% intervals.", "",
              "| case | class: faster | slower | equivalent | inconclusive | class n per arm | launches per arm per phone "
-             "| class wall h | single phone: faster / slower / equivalent | single wall h | wall ratio | flagged heterogeneous |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| class wall h | single phone: faster / slower / equivalent | single wall h | wall ratio |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         cls = [f"{100 * r[f'class_{v}']:.1f}% ({ci95(r[f'class_{v}'], reps)})"
                for v in ("faster", "slower", "equivalent", "inconclusive")]
@@ -147,8 +188,22 @@ def write(rows: list[dict[str, Any]], reps: int, phones: int) -> None:
                   if "single_faster" in r else "-")
         lines.append(f"| {r['case']} | {' | '.join(cls)} | {r['class_n_per_arm']:.1f} | "
                      f"{r['launches_per_arm_per_phone']:.1f} | {r['class_wall_hours']:.2f} | {single} | "
-                     f"{r.get('single_wall_hours', float('nan')):.2f} | {r.get('wall_ratio', float('nan')):.2f} | "
-                     f"{100 * r['flagged_heterogeneous']:.1f}% |")
+                     f"{r.get('single_wall_hours', float('nan')):.2f} | {r.get('wall_ratio', float('nan')):.2f} |")
+    lines += ["", "Heterogeneity: the effect flag the class took (the rank contrast, checked at the class's answer and "
+              "kept going while suspected), the 8%-off phone named by it, classes kept going and rounds kept (mean over "
+              "all classes / over those kept going), any flag (the effect's or the phones' speeds'), and two single "
+              "checks on everything each class ran (Kruskal-Wallis and one-way ANOVA at p < 0.01, the rank contrast "
+              f"at its per-check p < {HETEROGENEITY_P:g}).", "",
+              "| case | effect flagged | odd phone named | kept going | rounds kept | any flag | Kruskal-Wallis once "
+              "| ANOVA once | rank contrast once |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['case']} | {100 * r['flagged_effect']:.1f}% ({ci95(r['flagged_effect'], reps)}) | "
+                     + (f"{100 * r['odd_phone_named']:.1f}% ({ci95(r['odd_phone_named'], reps)})"
+                        if r["case"] == "one phone 8% off" else "-")
+                     + f" | {100 * r['kept_going']:.1f}% | {r['rounds_kept']:.1f} / {r['rounds_kept_when']:.1f} | "
+                     f"{100 * r['flagged_heterogeneous']:.1f}% ({ci95(r['flagged_heterogeneous'], reps)}) | "
+                     f"{100 * r['kruskal_all_trials']:.1f}% | {100 * r['anova_all_trials']:.1f}% | "
+                     f"{100 * r['contrast_all_trials']:.1f}% |")
     by = {r["case"]: r for r in rows}
     lines += ["", "Goals (issue 13: four phones of one class, same error rates, wall time <= 30% of one phone's):"]
     for case in ("no difference", "true 5% gap"):
@@ -161,18 +216,12 @@ def write(rows: list[dict[str, Any]], reps: int, phones: int) -> None:
                          f"{r['wall_ratio']:.2f} of one phone's: {'met' if r['wall_ratio'] <= 0.30 else 'not met'}.")
     if "one phone 8% off" in by:
         r = by["one phone 8% off"]
+        false = [by[c]["flagged_effect"] for c in ("no difference", "true 5% gap") if c in by]
         lines.append(f"- one phone whose candidate is 8% off its siblings' (the class's effect 5%, that phone's -3%): "
-                     f"flagged heterogeneous in {100 * r['flagged_heterogeneous']:.1f}% of classes, the odd phone named "
-                     f"in {100 * r.get('odd_phone_named', float('nan')):.1f}%; no difference: flagged in "
-                     f"{100 * by.get('no difference', {}).get('flagged_heterogeneous', float('nan')):.1f}% "
-                     "(false flags).")
-    lines += ["", "An alternative heterogeneity flag was measured on the same classes with the same command (commit",
-              "7d462df): each phone against its siblings as well (Welch's t, Bonferroni over the phones and over the",
-              "two tests). It flagged the 8%-off phone in 43.0% of classes (named it in 29.5%), with 1.5% false flags",
-              "under no difference: fewer than Kruskal-Wallis alone, so the flag stayed Kruskal-Wallis; the per-phone",
-              "95% intervals beside the class verdict came from that change and stayed. Kruskal-Wallis flagged 51%",
-              "before the members kept in step (22.0 launches per arm per phone then, 20.7 now: a class that stops",
-              "sooner gives each phone's own interval less to rest on)."]
+                     f"flagged in {100 * r['flagged_effect']:.1f}% of classes (goal >= 80%), the odd phone named in "
+                     f"{100 * r['odd_phone_named']:.1f}%; false effect flags where every phone has the same effect: "
+                     + " and ".join(f"{100 * f:.1f}%" for f in false) + " (goal <= 2%).")
+    lines += HISTORY
     lines += ["", "Where the wall time went: a class's wall time is its slowest member's device time, and looks are",
               "taken at round ends (every member done with one sequence number). Members drifted apart: one",
               "running ahead of its siblings ran trials no look counted until the slowest caught up, and when the",

@@ -287,6 +287,13 @@ def replay(arms: dict[str, Timed], pairs: list[tuple[str, str]], rule: DecisionR
     still without one gets the final analysis on all its values (spending what is left, at the
     launches per arm the session reached). None: the pair never shared a block.
     """
+    return replay_answered(arms, pairs, rule, cap, seed=seed)[0]
+
+
+def replay_answered(arms: dict[str, Timed], pairs: list[tuple[str, str]], rule: DecisionRule, cap: int,
+                    *, seed: int = 0) -> tuple[list[Comparison | None], int | None]:
+    """:func:`replay`, and the sequence number of the interim look at which every pair had its answer
+    (where the session stopped for it; None: no interim look answered them all)."""
     _adaptive(rule)
     names = list(arms)
     seqs = np.sort(np.concatenate([arms[a].seq for a in names])) if names else np.empty(0, np.int64)
@@ -308,14 +315,14 @@ def replay(arms: dict[str, Timed], pairs: list[tuple[str, str]], rule: DecisionR
             if comp is not None and comp.verdict != "inconclusive":
                 verdicts[i], answered[i] = comp, True
         if all(answered):
-            return verdicts
+            return verdicts, int(upto)
     # the final analysis: at the cap, or where the session ended (then it spends what is left there)
     final = planned[-1] if n_final >= cap else adaptive_looks(rule, cap, family=len(pairs), final_n=max(n_final, 1))[-1]
     todo = [i for i in range(len(pairs)) if not answered[i]]
     comps = decide_at([(arms[pairs[i][0]].sample, arms[pairs[i][1]].sample) for i in todo], rule, final, seed=seed)
     for i, comp in zip(todo, comps, strict=True):
         verdicts[i] = comp
-    return verdicts
+    return verdicts, None
 
 
 def _until(arm: Timed, upto: int) -> ArmSample:

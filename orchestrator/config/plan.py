@@ -321,6 +321,11 @@ class Plan(Strict):
         default=None, description="Pool the phones of each chip class (the fleet's chip_class): each runs a share of "
         "the blocks, the adaptive looks are taken on the class's values together (device as a stratum), and the "
         "class gets one verdict beside each device's")
+    pool_keep_going: bool = Field(
+        default=True, description="With pool_by: a class whose answer is in while one phone's effect looks off its "
+        "siblings' (p < 0.2) keeps going, every member in step, until that phone is flagged, no longer suspected or "
+        "the phones' share of the blocks is used (its verdict stays the looks'); false: the class stops at its answer "
+        "and is checked there once. Ignored without pool_by")
     budget_minutes: float | None = Field(
         default=None, gt=0, le=7 * 24 * 60, description="Device time each session may use (prepare, settle, "
         "launches), minutes: no trial starts once it is spent (stop reason `budget`); the verdicts are what it "
