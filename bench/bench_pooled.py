@@ -11,7 +11,7 @@ phone = its own. Beside the flag the class took, two single checks on the same t
 ran): Kruskal-Wallis (the flag before), a one-way ANOVA and the rank contrast alone, to compare the tests on the
 same classes.
 
-Writes bench/results/pooled.md and .json. Usage: python bench/bench_pooled.py [--reps N] [--phones K]
+Writes bench/results/pooled.md and .json (with --blocks N: pooled_blocksN.md). Usage: python bench/bench_pooled.py [--reps N] [--phones K] [--blocks N]
 """
 
 from __future__ import annotations
@@ -58,9 +58,10 @@ def fleet(reps: int, phones: int, gap: float, odd: float | None, seed0: int, fir
     return Fleet.model_validate({"name": "bench", "devices": devices})
 
 
-def plan(pooled: bool) -> Plan:
+def plan(pooled: bool, blocks: int | None = None) -> Plan:
     return Plan.model_validate({
         "name": "bench", "model": "m", "seed": 2026, **({"pool_by": "chip_class"} if pooled else {}),
+        **({"blocks": blocks} if blocks else {}),
         "arms": [{"name": "engine", "runtime": "coreai"}, {"name": "candidate", "runtime": "rawloop-metal"}],
         "trial": {"prompt_tokens": 64, "decode_tokens": 128},
     })
@@ -111,9 +112,9 @@ def single_checks(trials: pd.DataFrame) -> dict[str, float]:
             "contrast_all_trials": float(np.mean(contrast))}
 
 
-def measure(case: str, reps: int, phones: int, chunk: int) -> dict[str, Any]:
+def measure(case: str, reps: int, phones: int, chunk: int, blocks: int | None = None) -> dict[str, Any]:
     gap, odd = CASES[case]
-    p = plan(True)
+    p = plan(True, blocks)
     _, trials, table = chunked(reps, phones, gap, odd, 30_000 + int(1000 * gap) + (500 if odd is not None else 0),
                                p, chunk)
     hours = busy_hours(trials)
@@ -137,7 +138,7 @@ def measure(case: str, reps: int, phones: int, chunk: int) -> dict[str, Any]:
     }
     out.update(single_checks(trials))
     if odd is None:  # the same defaults, one phone alone per repetition
-        sp = plan(False)
+        sp = plan(False, blocks)
         _, t1, v1 = chunked(reps, 1, gap, None, 40_000 + int(1000 * gap), sp, chunk)
         c1 = Counter(v1["verdict"])
         out.update({f"single_{v}": c1.get(v, 0) / reps for v in ("faster", "slower", "equivalent", "inconclusive")})
@@ -152,12 +153,14 @@ def main() -> None:
     ap.add_argument("--phones", type=int, default=4)
     ap.add_argument("--cases", nargs="*", default=list(CASES))
     ap.add_argument("--chunk", type=int, default=25, help="classes (or single phones) per simulation")
+    ap.add_argument("--blocks", type=int, default=None, help="the plan's blocks (the cap) instead of the default; "
+                    "figures go to bench/results/pooled_blocks<N>.md")
     args = ap.parse_args()
     rows = []
     for case in args.cases:
-        rows.append(measure(case, args.reps, args.phones, args.chunk))
+        rows.append(measure(case, args.reps, args.phones, args.chunk, args.blocks))
         print(json.dumps(rows[-1]), flush=True)
-    write(rows, args.reps, args.phones)
+    write(rows, args.reps, args.phones, f"pooled_blocks{args.blocks}" if args.blocks else "pooled")
 
 
 HISTORY = [
@@ -168,11 +171,11 @@ HISTORY = [
 ]
 
 
-def write(rows: list[dict[str, Any]], reps: int, phones: int) -> None:
+def write(rows: list[dict[str, Any]], reps: int, phones: int, name: str = "pooled") -> None:
     out = ROOT / "bench" / "results"
     meta = {"date": date.today().isoformat(), "machine": platform.machine(), "python": platform.python_version(),
             "command": " ".join([".venv/bin/python", "bench/bench_pooled.py", *sys.argv[1:]])}
-    (out / "pooled.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
+    (out / f"{name}.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
     lines = [f"# Pooled phones on the simulated lab ({meta['date']}, {meta['machine']}, {meta['python']})", "",
              f"Command: `{meta['command']}`", "",
              f"{reps} classes of {phones} simulated A19-class phones per case (`pool_by: chip_class`, default rule), and",
@@ -236,7 +239,7 @@ def write(rows: list[dict[str, Any]], reps: int, phones: int) -> None:
               "stops with its members within one trial of each other. The simulated phones each keep their own",
               "virtual clock, so their drift here was in trial counts; on real phones a faster-cooling member",
               "waits (idle, cooling) instead of running launches the class cannot use."]
-    (out / "pooled.md").write_text("\n".join(lines) + "\n")
+    (out / f"{name}.md").write_text("\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":
