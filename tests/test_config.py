@@ -330,6 +330,8 @@ def test_candidates_and_ceilings_refuse_non_finite(write: Callable[[str, str], P
     ("nightly: {recovered_p: 1}", 6, "nightly.recovered_p: Input should be less than 1"),
     ("nightly: {latch: maybe}", 6, "nightly.latch: Input should be a valid boolean, unable to interpret input"),
     ("nightly: {confirm: {cap: 120}}", 6, "nightly.confirm.cap: unknown field"),
+    ("nightly:\n  confirm:\n    siblings: maybe", 8,
+     "nightly.confirm.siblings: Input should be a valid boolean, unable to interpret input"),
     ("pool_by: chip_class\npool_keep_going: maybe", 7,
      "pool_keep_going: Input should be a valid boolean, unable to interpret input"),
     ("arms: [" + ", ".join(f"{{name: a{i}, runtime: coreai}}" for i in range(17)) + "]", 6,
