@@ -34,8 +34,8 @@ from dataclasses import dataclass
 import pandas as pd
 from scipy.stats import norm
 
-from orchestrator.analysis.pooled import class_verdicts
-from orchestrator.analysis.summary import VERDICT_COLUMNS, verdicts
+from orchestrator.analysis.pooled import pooled_block
+from orchestrator.analysis.summary import verdicts
 from orchestrator.config.plan import MAX_BLOCKS, PAIRED, NightlyAlarm, Plan
 
 __all__ = ["EXTENSION", "MIN_BUDGET_LEFT", "MIN_EXTENSION_BLOCKS", "Cap", "Extension", "after", "budget_left",
@@ -212,14 +212,14 @@ def decide(trials: pd.DataFrame, plan: Plan, *, seed: int) -> pd.DataFrame:
 def night_verdict(first: pd.DataFrame, later: pd.DataFrame, target: str, helpers: list[str], plan: Plan, *,
                   seed: int) -> tuple[pd.DataFrame, pd.DataFrame]:
     """``target``'s night decided on its first run's trials and the extension's on ``helpers`` (``later``, as
-    ``after`` numbers them): its verdict row (one fixed analysis; over several phones stratified by phone, the
-    row named for ``target``) and the trials it rests on."""
+    ``after`` numbers them): its verdict row and the trials it rests on. Over several phones the comparison
+    is stratified by phone: every trial is ``target``'s, its block nested in its phone (``pooled_block``), so
+    the one fixed analysis compares within a phone's block only (one phone: its blocks as they are)."""
     tonight = pd.concat([first[first["device"] == target], later[later["device"].isin(helpers)]], ignore_index=True)
-    if set(helpers) <= {target}:
-        return decide(tonight, plan, seed=seed), tonight
-    pooled = _fixed(plan).model_copy(update={"pool_by": "chip_class"})
-    table = class_verdicts(tonight, pooled, dict.fromkeys(map(str, tonight["device"].unique()), target), seed=seed)
-    return table.assign(device=target)[VERDICT_COLUMNS], tonight
+    index = {d: i for i, d in enumerate(dict.fromkeys([target, *helpers]))}
+    nested = tonight.assign(device=target, block=[pooled_block(index[d], int(b)) for d, b in
+                                                  zip(tonight["device"], tonight["block"], strict=True)])
+    return decide(nested, plan, seed=seed), tonight
 
 
 def _fixed(plan: Plan) -> Plan:
