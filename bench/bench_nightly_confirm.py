@@ -49,6 +49,7 @@ from orchestrator.analysis.confirm import (  # noqa: E402
     after,
     budget_left,
     extension_plan,
+    helpers_of,
     night_verdict,
     plan_extensions,
     suspicious,
@@ -126,7 +127,6 @@ def nights(design: Design, n: int, gap: float, seed0: int) -> pd.DataFrame:
     launched = trials.groupby("device").size().astype(float) / 2
     spent = dict(used)  # device minutes of each phone tonight, its extension's included
     exts = plan_extensions(pinned, rule, suspicious(first, rule, caps), caps, chips, list(chips))
-    shared = rule.confirm is not None and rule.confirm.siblings
     for k, ext in enumerate(exts):  # as night._config_night does
         left = budget_left(pinned, ext, used)
         if left is not None and left < MIN_BUDGET_LEFT:
@@ -137,7 +137,7 @@ def nights(design: Design, n: int, gap: float, seed0: int) -> pd.DataFrame:
         spent.update({d: spent[d] + m for d, m in minutes(ext_trials, ext_records, list(ext.devices)).items()})
         later = after(trials, ext_trials)
         for target in ext.targets:
-            helpers = [d for d in ext.devices if chips[d] == chips[target]] if shared else [target]
+            helpers = helpers_of(rule, target, list(ext.devices), chips)
             table, tonight = night_verdict(trials, later, target, helpers, pinned, seed=manifest.seed)
             rows = night_rows(table, manifest, tonight).set_index("device")
             final.loc[rows.index, rows.columns.drop("device", errors="ignore")] = rows

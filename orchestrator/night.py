@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import traceback
 import zlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -27,6 +27,7 @@ from orchestrator.analysis.confirm import (
     budget_left,
     extends,
     extension_plan,
+    helpers_of,
     night_verdict,
     plan_extensions,
     suspicious,
@@ -55,7 +56,6 @@ from orchestrator.results.history_store import (
     compact_night,
 )
 from orchestrator.results.store import RunDir, find_run, read_registry, write_atomic
-from orchestrator.results.trials import stop_records
 from orchestrator.schedule.pool import fleet_chips
 
 __all__ = ["NightlyOutcome", "resume_command", "run_night", "summarize", "write_reports"]
@@ -250,13 +250,14 @@ async def _config_night(run: RunDir, night: str, results: Path, history: Path,
     plan, rule = manifest.plan, rule_of(manifest.plan)
     rows = night_rows(outcome.verdicts, manifest, outcome.trials)
     append_history(history, night, history_rows(outcome.trials, manifest), rows)
-    why = _ended(run, manifest.plan.name, [s.device for s in manifest.sessions])
-    log.spend(plan.name, _used_minutes(outcome.sessions))
+    why = _ended(run.run_id, plan.name, outcome.stops)
+    used = _used_minutes(outcome.sessions)
+    log.spend(plan.name, used)
     extensions = extensions_of(results, run, plan.name)
+    chips = fleet_chips(manifest.fleet)
     if not extensions:
-        planned = plan_extensions(plan, rule, suspicious(rows, rule, caps), caps, fleet_chips(manifest.fleet),
+        planned = plan_extensions(plan, rule, suspicious(rows, rule, caps), caps, chips,
                                   [s.device for s in manifest.sessions])
-        used = _used_minutes(outcome.sessions)
         for k, one in enumerate(planned):
             left = budget_left(plan, one, used)
             if left is not None and left < MIN_BUDGET_LEFT:
@@ -274,20 +275,19 @@ async def _config_night(run: RunDir, night: str, results: Path, history: Path,
         more_out = await core.execute(ext)
         devices = [s.device for s in more_out.manifest.sessions]
         later = after(outcome.trials, more_out.trials)
-        chips = fleet_chips(more_out.manifest.fleet)
-        shared = rule.confirm is not None and rule.confirm.siblings
-        decided = []
+        spent = _used_minutes(more_out.sessions)
         budget = [d for d, why in more_out.stops.items() if why == "budget"]
+        decided = []
         for target in targets_of(more_out.manifest.plan):
-            helpers = [d for d in devices if chips.get(d, d) == chips.get(target, target)] if shared else [target]
+            helpers = helpers_of(rule, target, devices, chips)
             table, tonight = night_verdict(outcome.trials, later, target, helpers, plan, seed=manifest.seed)
             decided.append(night_rows(table, manifest, tonight).assign(run_id=ext.run_id))
-            took = max((_used_minutes(more_out.sessions).get(d, 0.0) for d in helpers), default=0.0)
+            took = max((spent.get(d, 0.0) for d in helpers), default=0.0)
             log.confirmed.append(_confirmed(plan.name, target, first, decided[-1], helpers, ext.run_id,
-                                   more_out.manifest.plan, [d for d in helpers if d in budget], took))
-        log.spend(f"{plan.name}'s confirmation", _used_minutes(more_out.sessions))
+                                            more_out.manifest.plan, [d for d in helpers if d in budget], took))
+        log.spend(f"{plan.name}'s confirmation", spent)
         append_history(history, night, history_rows(later, manifest), pd.concat(decided, ignore_index=True))
-        why |= _ended(ext, plan.name, devices)
+        why |= _ended(ext.run_id, plan.name, more_out.stops)
     return why
 
 
@@ -316,6 +316,6 @@ def _confirmed(config: str, target: str, first: pd.DataFrame, row: pd.DataFrame,
             f"p(slower)={r['p_one_sided_slower']:.2g}")
 
 
-def _ended(run: RunDir, config: str, devices: list[str]) -> dict[tuple[str, str], str]:
-    ended = {d: s.reason for d, s in stop_records(run.records()).items()}
-    return {(config, d): f"session {ended.get(d, 'interrupted')} (run {run.run_id})" for d in devices}
+def _ended(run_id: str, config: str, stops: Mapping[str, str]) -> dict[tuple[str, str], str]:
+    """Why each session of a run ended (its outcome's ``stops``: every session, `interrupted` when it has no end)."""
+    return {(config, d): f"session {why} (run {run_id})" for d, why in stops.items()}

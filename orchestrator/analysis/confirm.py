@@ -39,7 +39,7 @@ from orchestrator.analysis.summary import verdicts
 from orchestrator.config.plan import MAX_BLOCKS, PAIRED, NightlyAlarm, Plan
 
 __all__ = ["EXTENSION", "MIN_BUDGET_LEFT", "MIN_EXTENSION_BLOCKS", "Cap", "Extension", "after", "budget_left",
-           "decide", "extends", "extension_blocks", "extension_plan", "launches_for", "night_verdict",
+           "decide", "extends", "extension_blocks", "extension_plan", "helpers_of", "launches_for", "night_verdict",
            "plan_extensions", "suspicious", "targets_of"]
 
 EXTENSION = "same-night confirmation of "  # an extension plan's description begins so
@@ -147,6 +147,14 @@ def plan_extensions(plan: Plan, rule: NightlyAlarm, suspects: dict[str, int], ca
         room = (c.max_launches_per_arm - max(suspects[d] for d in mine)) // per_block
         add(min(MAX_BLOCKS, math.ceil(total / len(helpers)), max(room, MIN_EXTENSION_BLOCKS)), helpers, mine)
     return [Extension(tuple(run), blocks, tuple(decided)) for blocks, (run, decided) in sorted(groups.items())]
+
+
+def helpers_of(rule: NightlyAlarm, target: str, devices: list[str], chips: dict[str, str]) -> list[str]:
+    """The phones of an extension run (``devices``) whose launches decide ``target``'s night: those of its class
+    with ``confirm.siblings``, else itself."""
+    if rule.confirm is None or not rule.confirm.siblings:
+        return [target]
+    return [d for d in devices if chips.get(d, d) == chips.get(target, target)]
 
 
 def extension_plan(plan: Plan, ext: Extension, *, seed: int, of: str, minutes_left: float | None = None) -> Plan:
