@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import pandas as pd
 from scipy.stats import norm
 
-from orchestrator.analysis.pooled import pooled_block
+from orchestrator.analysis.pooled import by_class, pooled_block
 from orchestrator.analysis.summary import verdicts
 from orchestrator.config.plan import MAX_BLOCKS, PAIRED, NightlyAlarm, Plan
 
@@ -126,10 +126,7 @@ def plan_extensions(plan: Plan, rule: NightlyAlarm, suspects: dict[str, int], ca
         run.extend(helpers)
         decided.extend(targets)
 
-    classes: dict[str, list[str]] = {}
-    for d in devices:
-        classes.setdefault(chips.get(d, d), []).append(d)
-    for members in classes.values():
+    for members in by_class(devices, chips).values():
         mine = [d for d in members if d in suspects]
         if not c.siblings or len(members) == 1:
             for d in mine:

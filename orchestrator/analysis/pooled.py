@@ -49,7 +49,16 @@ LEVEL_P = 0.01  # the phones' speeds: one check, on all the trials
 CLASS_COLUMNS = ["chip_class", "devices", *[c for c in VERDICT_COLUMNS if c != "device"], "effect_by_device",
                  "effect_heterogeneity_p", "effect_check", "odd_phone", "rounds_kept", "level_by_device",
                  "level_heterogeneity_p", "heterogeneous"]
-__all__ = ["BLOCK_STRIDE", "CLASS_COLUMNS", "class_verdicts", "heterogeneity", "pooled_block", "watch_of"]
+__all__ = ["BLOCK_STRIDE", "CLASS_COLUMNS", "by_class", "class_verdicts", "heterogeneity", "pooled_block", "watch_of"]
+
+
+def by_class(devices: list[str], chips: dict[str, str]) -> dict[str, list[str]]:
+    """Devices by class (``chips``: device -> class; a device without one, or an empty one, is a class alone),
+    in their order."""
+    out: dict[str, list[str]] = {}
+    for d in devices:
+        out.setdefault(chips.get(d) or d, []).append(d)
+    return out
 
 
 def block_len(plan: Plan) -> int:
@@ -87,10 +96,7 @@ def class_verdicts(trials: pd.DataFrame, plan: Plan, chips: dict[str, str], *, s
     arms, pairs = [a.name for a in plan.arms], plan.pairs()
     devices = list(dict.fromkeys(trials["device"]))
     rows: list[dict[str, Any]] = []
-    by_class: dict[str, list[str]] = {}
-    for d in devices:
-        by_class.setdefault(chips.get(d, d), []).append(d)
-    for chip, members in sorted(by_class.items()):
+    for chip, members in sorted(by_class(devices, chips).items()):
         mine = ok[ok["device"].isin(members)]
         index = {d: i for i, d in enumerate(members)}
         blocks = np.array([pooled_block(index[d], int(b)) for d, b in zip(mine["device"], mine["block"], strict=True)],

@@ -15,6 +15,7 @@ import pandas as pd
 
 from orchestrator.analysis.confirm import Cap, launches_for
 from orchestrator.analysis.noise import Entry, entry
+from orchestrator.analysis.pooled import by_class
 from orchestrator.analysis.sizing import planned_mde
 from orchestrator.config.plan import NightlyAlarm, Plan
 
@@ -89,10 +90,7 @@ def night_caps(plan: Plan, rule: NightlyAlarm, devices: Iterable[str], registry:
 def _siblings(rule: NightlyAlarm, devices: list[str], chips: dict[str, str]) -> list[str]:
     if rule.confirm is None or not rule.confirm.siblings:
         return []
-    classes: dict[str, list[str]] = {}
-    for d in devices:
-        classes.setdefault(chips.get(d, d), []).append(d)
     return [f"{chip}: {', '.join(members)} share a suspicious night's extension (nightly.confirm.siblings): each runs "
             f"a share of the blocks, and that night is decided over the {len(members)} phones, stratified by phone "
             "(the launches per arm below are the night's in all)"
-            for chip, members in classes.items() if len(members) > 1]
+            for chip, members in by_class(devices, chips).items() if len(members) > 1]

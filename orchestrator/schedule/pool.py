@@ -25,7 +25,7 @@ from typing import Any
 
 from orchestrator.analysis.decision import ArmSample
 from orchestrator.analysis.oddphone import ClassWatch
-from orchestrator.analysis.pooled import block_len, planned_last, pooled_block, share
+from orchestrator.analysis.pooled import block_len, by_class, planned_last, pooled_block, share
 from orchestrator.analysis.sequential import FamilyLook, due, take_look
 from orchestrator.config.fleet import Fleet
 from orchestrator.config.plan import Plan
@@ -43,10 +43,7 @@ def classes(plan: Plan, chips: dict[str, str], devices: list[str]) -> dict[str, 
     """The plan's devices by class (pool_by), in fleet order; without pooling, none."""
     if plan.pool_by is None:
         return {}
-    out: dict[str, list[str]] = {}
-    for d in devices:
-        out.setdefault(chips.get(d) or d, []).append(d)
-    return out
+    return by_class(devices, chips)
 
 
 @dataclass
